@@ -1,0 +1,51 @@
+"""One step of beam search over a request's live beams (vLLM v0 / transformers semantics).
+
+Scoring as transformers' ``generate(num_beams=k, do_sample=False)`` defaults: candidates are
+ranked by cumulative log-probability; the 2k best are looked at, an end-of-sequence candidate
+ranked within the top k becomes a finished hypothesis, the k best others continue. A finished
+hypothesis is scored cum_logprob / output_len ** length_penalty; with early_stopping=False the
+search ends when no running beam can still beat the worst of k finished hypotheses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Candidate:
+    parent: int          # index of the live beam it extends
+    token_id: int
+    cum_logprob: float
+
+
+def beam_score(cum_logprob: float, output_len: int, length_penalty: float) -> float:
+    return cum_logprob / (max(output_len, 1) ** length_penalty)
+
+
+def select_candidates(cum_logprobs: list[float], logprobs: torch.Tensor, width: int,
+                      eos_token_id: int | None) -> tuple[list[Candidate], list[Candidate]]:
+    """Returns (running, finished): up to ``width`` beams to continue and new EOS hypotheses."""
+    scores = torch.tensor(cum_logprobs, dtype=torch.float32)[:, None] + logprobs.float()
+    vocab = logprobs.shape[1]
+    k = min(2 * width, scores.numel())
+    top = torch.topk(scores.flatten(), k)
+    running, finished = [], []
+    for rank, (score, idx) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
+        cand = Candidate(idx // vocab, idx % vocab, score)
+        if eos_token_id is not None and cand.token_id == eos_token_id:
+            if rank < width:
+                finished.append(cand)
+        elif len(running) < width:
+            running.append(cand)
+    return running, finished
+
+
+def is_done(finished_scores: list[float], best_running_cum: float, output_len: int,
+            width: int, length_penalty: float) -> bool:
+    """early_stopping=False heuristic: k hypotheses exist and none can be beaten any more."""
+    if len(finished_scores) < width:
+        return False
+    worst = sorted(finished_scores, reverse=True)[width - 1]
+    return worst >= beam_score(best_running_cum, output_len, length_penalty)

@@ -1,0 +1,206 @@
+"""Block tables: allocate on demand, fork, copy-on-write, free, swap, prefix-cache hits.
+
+This is where every memory event is born. Rules (DESIGN §4):
+- A sequence with ``num_computed`` cached tokens holds ceil(num_computed / block_size) blocks.
+- Fork copies the table and increments refcounts; no K/V moves.
+- Copy-on-write: before writing into a block with ref_count > 1 the writer gets a fresh block,
+  the K/V bytes are copied (``pending_copies``, run by the model runner as one batched
+  ``copy_blocks`` before the forward pass) and the shared block loses one reference.
+  The last sharer (ref_count == 1) writes in place. Full blocks are never written again.
+- Freeing releases blocks in reverse table order, so the LRU free queue evicts a sequence's
+  tail blocks before the prefix blocks other requests are likelier to share.
+"""
+from __future__ import annotations
+
+import hashlib
+from array import array
+from typing import Callable
+
+from engine import events as ev
+from engine.block_pool import BlockPool
+from engine.sequence import Sequence, SeqStatus
+
+
+def hash_block(parent_hash: str, token_ids: list[int]) -> str:
+    """Chained content hash of a full block: equal hashes mean equal whole prefixes."""
+    data = parent_hash.encode() + array("q", token_ids).tobytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+class BlockManager:
+    def __init__(self, num_gpu_blocks: int, num_cpu_blocks: int, block_size: int,
+                 enable_prefix_caching: bool, emit: Callable[[ev.Event], None]):
+        self.block_size = block_size
+        self.gpu = BlockPool(num_gpu_blocks, block_size, "gpu")
+        self.cpu = BlockPool(num_cpu_blocks, block_size, "cpu")
+        self.caching = enable_prefix_caching
+        self.emit = emit
+        self.pending_copies: list[tuple[int, int]] = []   # CoW (src, dst) for this step
+
+    def pool_of(self, seq: Sequence) -> BlockPool:
+        return self.cpu if seq.status == SeqStatus.SWAPPED else self.gpu
+
+    # ---- prefix hashes -------------------------------------------------------------------
+    def _update_hashes(self, seq: Sequence) -> None:
+        bs = self.block_size
+        while len(seq.block_hashes) < len(seq.token_ids) // bs:
+            i = len(seq.block_hashes)
+            parent = seq.block_hashes[-1] if i else ""
+            seq.block_hashes.append(hash_block(parent, seq.token_ids[i * bs:(i + 1) * bs]))
+
+    def _prefix_hits(self, seq: Sequence) -> list[int]:
+        """Cached blocks matching the prompt's leading full blocks. At least one token is left
+        to compute, since the last position's logits are needed to sample."""
+        if not self.caching:
+            return []
+        self._update_hashes(seq)
+        hits = []
+        for h in seq.block_hashes[:(seq.num_tokens - 1) // self.block_size]:
+            b = self.gpu.lookup(h)
+            if b is None:
+                break
+            hits.append(b)
+        return hits
+
+    # ---- prefill -----------------------------------------------------------------------
+    def blocks_needed_for_prefill(self, seq: Sequence) -> int:
+        """Free blocks a prefill would consume (reviving a cached free block consumes one)."""
+        hits = self._prefix_hits(seq)
+        total = -(-seq.num_tokens // self.block_size)
+        return total - len(hits) + sum(1 for b in hits if self.gpu.ref_count[b] == 0)
+
+    def allocate_for_prefill(self, seq: Sequence) -> int:
+        """Give a waiting sequence blocks for all its tokens; returns the tokens already cached."""
+        assert not seq.block_table, f"seq {seq.seq_id} already holds blocks"
+        bs = self.block_size
+        hits = self._prefix_hits(seq)
+        for i, b in enumerate(hits):
+            self.gpu.incref(b)
+            seq.block_table.append(b)
+            self.emit(ev.PrefixHit(seq.seq_id, i, b, seq.block_hashes[i]))
+        for i in range(len(hits), -(-seq.num_tokens // bs)):
+            b = self._allocate(seq, i)
+            self.gpu.tokens[b] = seq.token_ids[i * bs:(i + 1) * bs]
+            if self.caching and len(self.gpu.tokens[b]) == bs:
+                self.gpu.register(b, seq.block_hashes[i])
+        seq.num_computed = len(hits) * bs
+        return seq.num_computed
+
+    def _allocate(self, seq: Sequence, logical: int) -> int:
+        b, evicted = self.gpu.allocate()
+        if evicted is not None:
+            self.emit(ev.Evict(b, evicted))
+        self.emit(ev.Alloc(seq.seq_id, logical, b))
+        if logical == len(seq.block_table):
+            seq.block_table.append(b)
+        else:
+            seq.block_table[logical] = b
+        return b
+
+    # ---- decode ------------------------------------------------------------------------
+    def blocks_needed_for_append(self, seqs: list[Sequence]) -> int:
+        """Exact number of fresh blocks one decode step of these sequences needs: a new block
+        at a block boundary, a CoW copy for each writer of a shared block except the last."""
+        need = 0
+        writers: dict[int, int] = {}
+        for s in seqs:
+            if s.num_computed % self.block_size == 0:
+                need += 1
+            else:
+                b = s.block_table[-1]
+                writers[b] = writers.get(b, 0) + 1
+        for b, n in writers.items():
+            rc = self.gpu.ref_count[b]
+            need += n - 1 if rc == n else n if rc > 1 else 0
+        return need
+
+    def append_slot(self, seq: Sequence) -> int:
+        """Reserve the slot for the sequence's newest token (CoW if needed); returns flat slot."""
+        bs = self.block_size
+        pos = seq.num_computed
+        logical, offset = divmod(pos, bs)
+        if offset == 0:
+            b = self._allocate(seq, logical)
+        else:
+            b = seq.block_table[logical]
+            if self.gpu.ref_count[b] > 1:
+                src = b
+                b = self._allocate(seq, logical)
+                self.gpu.tokens[b] = list(self.gpu.tokens[src])
+                self.pending_copies.append((src, b))
+                self.gpu.decref(src)              # cannot reach 0: another sharer remains
+                self.emit(ev.Cow(seq.seq_id, logical, src, b))
+        # the invariant "no shared block is written", and slots fill in order
+        assert self.gpu.ref_count[b] == 1, f"write into shared block {b}"
+        assert len(self.gpu.tokens[b]) == offset, f"block {b} slot {offset} out of order"
+        token = seq.token_ids[pos]
+        self.gpu.tokens[b].append(token)
+        self.emit(ev.Append(seq.seq_id, token, logical, b, b * bs + offset))
+        if self.caching and offset == bs - 1:
+            self._update_hashes(seq)
+            self.gpu.register(b, seq.block_hashes[logical])
+        return b * bs + offset
+
+    # ---- fork / free ---------------------------------------------------------------------
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        pool = self.pool_of(parent)
+        child.block_table = list(parent.block_table)
+        for b in child.block_table:
+            pool.incref(b)
+        child.num_computed = parent.num_computed
+        child.block_hashes = list(parent.block_hashes)
+        self.emit(ev.Fork(parent.seq_id, child.seq_id, tuple(child.block_table)))
+
+    def free(self, seq: Sequence) -> None:
+        pool = self.pool_of(seq)
+        for b in reversed(seq.block_table):
+            if pool.decref(b):
+                self.emit(ev.Free(b, pool.block_hash[b] is not None, pool.device))
+        seq.block_table = []
+        seq.num_computed = 0
+
+    # ---- swap --------------------------------------------------------------------------
+    @staticmethod
+    def _unique_blocks(seqs: list[Sequence]) -> set[int]:
+        return {b for s in seqs for b in s.block_table}
+
+    def can_swap_out(self, seqs: list[Sequence]) -> bool:
+        return len(self._unique_blocks(seqs)) <= self.cpu.num_free
+
+    def blocks_needed_for_swap_in(self, seqs: list[Sequence]) -> int:
+        return len(self._unique_blocks(seqs))
+
+    def _move(self, seqs: list[Sequence], src: BlockPool, dst: BlockPool,
+              event: type, status: SeqStatus) -> list[tuple[int, int]]:
+        """Copy the group's blocks to the other pool, keeping sharing between its sequences."""
+        mapping: dict[int, int] = {}
+        for seq in seqs:
+            table = []
+            for b in seq.block_table:
+                if b in mapping:
+                    dst.incref(mapping[b])
+                else:
+                    nb, evicted = dst.allocate()
+                    if evicted is not None:
+                        self.emit(ev.Evict(nb, evicted))
+                    dst.tokens[nb] = list(src.tokens[b])
+                    mapping[b] = nb
+                table.append(mapping[b])
+            self.emit(event(seq.seq_id, tuple((b, mapping[b]) for b in seq.block_table)))
+            for b in reversed(seq.block_table):
+                if src.decref(b):
+                    self.emit(ev.Free(b, src.block_hash[b] is not None, src.device))
+            seq.block_table = table
+            seq.status = status
+        if self.caching and dst is self.gpu:
+            for seq in seqs:
+                for i, h in enumerate(seq.block_hashes[:len(seq.block_table)]):
+                    if len(dst.tokens[seq.block_table[i]]) == self.block_size:
+                        dst.register(seq.block_table[i], h)
+        return list(mapping.items())
+
+    def swap_out(self, seqs: list[Sequence]) -> list[tuple[int, int]]:
+        return self._move(seqs, self.gpu, self.cpu, ev.SwapOut, SeqStatus.SWAPPED)
+
+    def swap_in(self, seqs: list[Sequence]) -> list[tuple[int, int]]:
+        return self._move(seqs, self.cpu, self.gpu, ev.SwapIn, SeqStatus.RUNNING)

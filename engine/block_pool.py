@@ -1,0 +1,68 @@
+"""The physical block pool: refcounts, the free queue and the prefix cache's hash map.
+
+Invariants (kept by every method here, checked by ``Engine.check_invariants``):
+- ``ref_count[b]`` is the number of block-table entries pointing at ``b``.
+- ``b`` is in ``free_queue`` iff ``ref_count[b] == 0``; so free + used == total.
+- ``tokens[b]`` are the token ids whose K/V block ``b`` holds, in slot order (len = filled slots).
+- ``cached[h] == b`` iff ``block_hash[b] == h``; only full blocks are hashed. A cached block whose
+  refcount drops to 0 stays in the map (and keeps its tokens) until it is reallocated: the free
+  queue is LRU-ordered, so the least recently released block is evicted first.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, block_size: int, device: str):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.device = device
+        self.ref_count = [0] * num_blocks
+        self.tokens: list[list[int]] = [[] for _ in range(num_blocks)]
+        self.block_hash: list[str | None] = [None] * num_blocks
+        self.cached: dict[str, int] = {}
+        # LRU order: allocate from the front, release to the back.
+        self.free_queue: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_queue)
+
+    def allocate(self) -> tuple[int, str | None]:
+        """Take the least recently freed block; returns (block, evicted hash or None)."""
+        if not self.free_queue:
+            raise RuntimeError(f"{self.device} block pool is exhausted")
+        b, _ = self.free_queue.popitem(last=False)
+        evicted = self.block_hash[b]
+        if evicted is not None:
+            del self.cached[evicted]
+            self.block_hash[b] = None
+        self.tokens[b] = []
+        self.ref_count[b] = 1
+        return b, evicted
+
+    def incref(self, b: int) -> None:
+        if self.ref_count[b] == 0:          # reviving a cached free block
+            del self.free_queue[b]
+        self.ref_count[b] += 1
+
+    def decref(self, b: int) -> bool:
+        """Drop one reference; True when the block became free."""
+        assert self.ref_count[b] > 0, f"block {b} freed twice"
+        self.ref_count[b] -= 1
+        if self.ref_count[b]:
+            return False
+        if self.block_hash[b] is None:
+            self.tokens[b] = []
+        self.free_queue[b] = None
+        return True
+
+    def register(self, b: int, block_hash: str) -> None:
+        """Offer a full block to the prefix cache (the first block with a given hash wins)."""
+        if block_hash not in self.cached and self.block_hash[b] is None:
+            self.cached[block_hash] = b
+            self.block_hash[b] = block_hash
+
+    def lookup(self, block_hash: str) -> int | None:
+        return self.cached.get(block_hash)

@@ -1,0 +1,49 @@
+"""Engine settings (vLLM-shaped names), validated before anything is built."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREEMPTION_MODES = ("recompute", "swap")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "default"          # embedded model in assets/, a local HF folder, or a hub id
+    block_size: int = 16            # tokens per KV block
+    num_gpu_blocks: int = 64        # size of the (device) block pool; the name is kept on CPU
+    num_cpu_blocks: int = 0         # swap space in blocks; 0 disables swap
+    preemption_mode: str = "recompute"
+    enable_prefix_caching: bool = False
+    device: str = "auto"            # "cuda" if available, else "cpu"
+    dtype: str = "auto"             # float32 on CPU, bfloat16 on CUDA
+    backend: str = "auto"           # kernel backend (see kernels.dispatch)
+    seed: int = 0
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 4096
+    max_history: int = 2000         # snapshots kept for stepping back (oldest dropped)
+
+    def __post_init__(self):
+        problems = []
+        bs = self.block_size
+        if not isinstance(bs, int) or bs < 1 or bs & (bs - 1):
+            problems.append(f"block_size must be a positive power of two, got {bs!r}")
+        if not isinstance(self.num_gpu_blocks, int) or self.num_gpu_blocks < 1:
+            problems.append(f"num_gpu_blocks must be an integer >= 1, got {self.num_gpu_blocks!r}")
+        if not isinstance(self.num_cpu_blocks, int) or self.num_cpu_blocks < 0:
+            problems.append(f"num_cpu_blocks must be an integer >= 0, got {self.num_cpu_blocks!r}")
+        if self.preemption_mode not in PREEMPTION_MODES:
+            problems.append(f"preemption_mode must be one of {PREEMPTION_MODES}, "
+                            f"got {self.preemption_mode!r}")
+        elif self.preemption_mode == "swap" and self.num_cpu_blocks == 0:
+            problems.append("preemption_mode='swap' needs swap space: set num_cpu_blocks > 0")
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            problems.append(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if self.dtype not in DTYPES:
+            problems.append(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_history"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                problems.append(f"{name} must be an integer >= 1, got {v!r}")
+        if problems:
+            raise ValueError("invalid EngineConfig: " + "; ".join(problems))

@@ -1,0 +1,130 @@
+"""Llama-family decoder (Llama, Mistral, Qwen2) in our own code, reading K/V from the paged cache.
+
+Module names mirror Hugging Face's so a checkpoint's state dict loads as is. Numerics follow
+transformers' implementation (RMSNorm in fp32, rotate-half RoPE) so greedy outputs match.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from engine.attention_metadata import AttentionMetadata
+from engine.models.spec import ModelSpec
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype):
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.num_heads = spec.num_heads
+        self.num_kv_heads = spec.num_kv_heads
+        self.head_dim = spec.head_dim
+        self.scale = spec.head_dim ** -0.5
+        bias = spec.attention_bias
+        self.q_proj = nn.Linear(spec.hidden_size, spec.num_heads * spec.head_dim, bias=bias)
+        self.k_proj = nn.Linear(spec.hidden_size, spec.num_kv_heads * spec.head_dim, bias=bias)
+        self.v_proj = nn.Linear(spec.hidden_size, spec.num_kv_heads * spec.head_dim, bias=bias)
+        self.o_proj = nn.Linear(spec.num_heads * spec.head_dim, spec.hidden_size,
+                                bias=spec.o_proj_bias)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, meta: AttentionMetadata, ops):
+        t = x.shape[0]
+        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        ops.store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        if meta.is_prefill:
+            o = ops.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
+                                            meta.query_start, meta.context_lens_list, self.scale)
+        else:
+            o = ops.paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
+                                           meta.context_lens, self.scale)
+        return self.o_proj(o.reshape(t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.self_attn = Attention(spec)
+        self.mlp = MLP(spec)
+        self.input_layernorm = RMSNorm(spec.hidden_size, spec.norm_eps)
+        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.norm_eps)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, meta, ops):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, k_cache, v_cache, meta, ops)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
+        self.norm = RMSNorm(spec.hidden_size, spec.norm_eps)
+        self.rotary = RotaryEmbedding(spec.head_dim, spec.rope_theta)
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        self.model = Backbone(spec)
+        self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        if spec.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
+                meta: AttentionMetadata, ops) -> torch.Tensor:
+        """Hidden states [T, hidden] of the computed tokens; K/V stored into ``kv_cache``
+        ([layers, 2, blocks, block_size, kv_heads, head_dim])."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.model.rotary(positions, x.dtype)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, kv_cache[i, 0], kv_cache[i, 1], meta, ops)
+        return self.model.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)

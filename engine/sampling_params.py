@@ -1,0 +1,65 @@
+"""Per-request generation settings (vLLM-shaped), validated on construction."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1                   # parallel samples sharing the prompt's blocks
+    temperature: float = 0.0     # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = -1              # -1 = off
+    max_tokens: int = 16
+    beam_width: int = 1          # > 1 = beam search (vLLM v0 semantics)
+    length_penalty: float = 1.0  # beam score = cum_logprob / output_len ** length_penalty
+    seed: int | None = None
+    stop: tuple[str, ...] | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        elif self.stop is not None:
+            object.__setattr__(self, "stop", tuple(self.stop))
+        problems = self.problems()
+        if problems:
+            raise ValueError("invalid SamplingParams: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        p = []
+        if not isinstance(self.n, int) or self.n < 1:
+            p.append(f"n must be an integer >= 1, got {self.n!r}")
+        if not isinstance(self.beam_width, int) or self.beam_width < 1:
+            p.append(f"beam_width must be an integer >= 1, got {self.beam_width!r}")
+        t = self.temperature
+        if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+            p.append(f"temperature must be a finite number >= 0, got {t!r}")
+        if not isinstance(self.top_p, (int, float)) or math.isnan(self.top_p) or not 0 < self.top_p <= 1:
+            p.append(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or (self.top_k < 1 and self.top_k != -1):
+            p.append(f"top_k must be -1 (off) or >= 1, got {self.top_k!r}")
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            p.append(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.length_penalty, (int, float)) or math.isnan(self.length_penalty):
+            p.append(f"length_penalty must be a number, got {self.length_penalty!r}")
+        if self.stop is not None and any(not isinstance(s, str) or not s for s in self.stop):
+            p.append("stop must be a list of non-empty strings")
+        if not p and self.beam_width > 1:
+            if self.n > 1:
+                p.append("use either n > 1 (parallel sampling) or beam_width > 1, not both")
+            if self.temperature != 0:
+                p.append("beam search is deterministic: set temperature=0")
+        if not p and self.n > 1 and self.temperature == 0:
+            p.append("n > 1 with temperature 0 would give n identical samples: set temperature > 0")
+        return p
+
+    @property
+    def use_beam_search(self) -> bool:
+        return self.beam_width > 1
+
+    @property
+    def width(self) -> int:
+        """How many live sequences the request can have at once."""
+        return max(self.n, self.beam_width)

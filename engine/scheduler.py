@@ -1,0 +1,159 @@
+"""Continuous-batching scheduler: waiting / running / swapped queues, FCFS, preemption.
+
+Each step is either a prefill step (newly admitted or recomputed requests) or a decode step
+(one new token for every running sequence), as in vLLM v0. Priority is arrival order: when the
+pool runs dry during decode, the latest-arrived running request is preempted first, by
+recompute (blocks freed, request requeued, prefilled again later) or by swap (blocks moved to
+the CPU pool, moved back before any new request is admitted).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from engine import events as ev
+from engine.block_manager import BlockManager
+from engine.sequence import Sequence, SequenceGroup, SeqStatus
+
+
+@dataclass
+class ScheduledBatch:
+    kind: str                                   # "prefill", "decode" or "idle"
+    groups: list[SequenceGroup] = field(default_factory=list)
+    seqs: list[Sequence] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)        # prefill: first token to compute
+    slot_mapping: list[int] = field(default_factory=list)  # flat slot of every computed token
+    copies: list[tuple[int, int]] = field(default_factory=list)     # CoW src -> dst
+    swap_in: list[tuple[int, int]] = field(default_factory=list)    # cpu -> gpu
+    swap_out: list[tuple[int, int]] = field(default_factory=list)   # gpu -> cpu
+
+
+class Scheduler:
+    def __init__(self, bm: BlockManager, preemption_mode: str, max_num_seqs: int,
+                 max_num_batched_tokens: int, emit: Callable[[ev.Event], None]):
+        self.bm = bm
+        self.preemption_mode = preemption_mode
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.emit = emit
+        self.waiting: list[SequenceGroup] = []     # kept in arrival order
+        self.running: list[SequenceGroup] = []     # kept in arrival order
+        self.swapped: list[SequenceGroup] = []     # kept in arrival order
+
+    def add(self, group: SequenceGroup) -> None:
+        self._insert(self.waiting, group)
+
+    @staticmethod
+    def _insert(queue: list[SequenceGroup], group: SequenceGroup) -> None:
+        queue.append(group)
+        queue.sort(key=lambda g: g.arrival)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def remove(self, group: SequenceGroup) -> None:
+        for q in (self.waiting, self.running, self.swapped):
+            if group in q:
+                q.remove(group)
+
+    def num_running_seqs(self) -> int:
+        return sum(len(g.seqs) for g in self.running)
+
+    # ---- the step's plan ---------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        self.running = [g for g in self.running if not g.is_finished]
+        swap_in = self._swap_in()
+        if not self.swapped and not swap_in:
+            batch = self._admit_prefills()
+            if batch is not None:
+                return batch
+        return self._decode(swap_in)
+
+    def _swap_in(self) -> list[tuple[int, int]]:
+        mapping: list[tuple[int, int]] = []
+        while self.swapped:
+            g = self.swapped[0]
+            running_need = sum(self.bm.blocks_needed_for_append(r.seqs) for r in self.running)
+            # room for the blocks and for the next token of each of its sequences, so this
+            # step's decode cannot preempt (a step never swaps both ways)
+            need = self.bm.blocks_needed_for_swap_in(g.seqs) + len(g.seqs) + running_need
+            if need > self.bm.gpu.num_free:
+                break
+            if self.num_running_seqs() + len(g.seqs) > self.max_num_seqs:
+                break
+            self.swapped.pop(0)
+            mapping += self.bm.swap_in(g.seqs)
+            self._insert(self.running, g)
+        return mapping
+
+    def _admit_prefills(self) -> ScheduledBatch | None:
+        batch = ScheduledBatch("prefill")
+        tokens = 0
+        while self.waiting:
+            g = self.waiting[0]
+            need = sum(self.bm.blocks_needed_for_prefill(s) for s in g.seqs)
+            # keep one block spare for running requests, so admitting is not an instant preempt
+            watermark = 1 if (self.running or batch.groups) else 0
+            if need + watermark > self.bm.gpu.num_free:
+                break
+            new_tokens = sum(s.num_tokens for s in g.seqs)
+            if batch.groups and tokens + new_tokens > self.max_num_batched_tokens:
+                break
+            if self.num_running_seqs() + len(g.seqs) > self.max_num_seqs:
+                break
+            self.waiting.pop(0)
+            for s in g.seqs:
+                start = self.bm.allocate_for_prefill(s)
+                s.status = SeqStatus.RUNNING
+                bs = self.bm.block_size
+                batch.seqs.append(s)
+                batch.starts.append(start)
+                batch.slot_mapping += [s.block_table[p // bs] * bs + p % bs
+                                       for p in range(start, s.num_tokens)]
+                self.emit(ev.Prefill(s.seq_id, start, s.num_tokens))
+                tokens += s.num_tokens - start
+            batch.groups.append(g)
+            self._insert(self.running, g)
+        return batch if batch.groups else None
+
+    def _decode(self, swap_in: list[tuple[int, int]]) -> ScheduledBatch:
+        batch = ScheduledBatch("decode", swap_in=swap_in)
+        queue = list(self.running)          # arrival order: the tail is the first victim
+        kept: list[SequenceGroup] = []
+        while queue:
+            g = queue.pop(0)
+            preempted_self = False
+            while self.bm.blocks_needed_for_append(g.seqs) > self.bm.gpu.num_free:
+                victim = queue.pop() if queue else g
+                batch.swap_out += self._preempt(victim)
+                if victim is g:
+                    preempted_self = True
+                    break
+            if preempted_self:
+                continue
+            for s in g.seqs:
+                batch.slot_mapping.append(self.bm.append_slot(s))
+                batch.seqs.append(s)
+            batch.groups.append(g)
+            kept.append(g)
+        self.running = kept
+        batch.copies = self.bm.pending_copies
+        self.bm.pending_copies = []
+        if not batch.seqs:
+            batch.kind = "idle"
+        return batch
+
+    def _preempt(self, g: SequenceGroup) -> list[tuple[int, int]]:
+        if self.preemption_mode == "swap" and self.bm.can_swap_out(g.seqs):
+            for s in g.seqs:
+                self.emit(ev.Preempt(s.seq_id, "swap"))
+            mapping = self.bm.swap_out(g.seqs)
+            self._insert(self.swapped, g)
+            return mapping
+        # recompute (also the fallback when swap space is full)
+        for s in g.seqs:
+            self.emit(ev.Preempt(s.seq_id, "recompute"))
+            self.bm.free(s)
+            s.status = SeqStatus.WAITING
+        self._insert(self.waiting, g)
+        return []

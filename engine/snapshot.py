@@ -1,0 +1,141 @@
+"""Immutable, JSON-serialisable pictures of the engine's memory after each step.
+
+The UI draws only from these (and the events in them), never from engine internals.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from engine.block_manager import BlockManager
+from engine.block_pool import BlockPool
+from engine.events import Event
+from engine.sequence import SequenceGroup, SeqStatus
+
+
+@dataclass(frozen=True)
+class SeqState:
+    seq_id: int
+    request_id: str
+    parent_seq_id: int | None
+    born_step: int
+    status: str
+    token_ids: tuple[int, ...]
+    prompt_len: int
+    num_computed: int              # tokens whose K/V are in the cache
+    block_table: tuple[int, ...]   # physical ids (CPU pool ids while swapped)
+    device: str                    # "gpu" or "cpu" (where the table's blocks live)
+    text: str
+    cumulative_logprob: float
+    finish_reason: str | None
+    is_beam: bool
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class BlockState:
+    block_id: int
+    device: str
+    ref_count: int
+    filled: int                    # slots holding a token's K/V
+    seq_ids: tuple[int, ...]       # sequences whose table points here
+    block_hash: str | None
+    token_ids: tuple[int, ...]
+    state: str                     # free / used / shared / cached (free, reusable by hash)
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    total_blocks: int
+    free_blocks: int
+    used_blocks: int
+    shared_blocks: int             # ref_count > 1
+    cached_free_blocks: int
+    used_token_slots: int          # slots holding K/V in used blocks
+    token_capacity: int
+    bytes_per_block: int
+    cpu_total_blocks: int
+    cpu_used_blocks: int
+    num_waiting: int
+    num_running: int
+    num_swapped: int
+    logical_blocks: int            # sum of table lengths: blocks needed without sharing
+
+    @property
+    def blocks_saved_by_sharing(self) -> int:
+        return self.logical_blocks - self.used_blocks - self.cpu_used_blocks
+
+
+@dataclass(frozen=True)
+class StepSnapshot:
+    step: int
+    kind: str                      # prefill / decode / idle / init
+    model: str
+    backend: str
+    device: str
+    block_size: int
+    sequences: tuple[SeqState, ...]
+    blocks: tuple[BlockState, ...]
+    cpu_blocks: tuple[BlockState, ...]
+    stats: PoolStats
+    events: tuple[Event, ...]
+    step_time_s: float
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for key in ("sequences", "blocks", "cpu_blocks"):
+            d[key] = [dataclasses.asdict(x) for x in d[key]]
+        d["stats"] = dataclasses.asdict(self.stats)
+        d["events"] = [e.to_dict() for e in self.events]
+        return d
+
+    def seq(self, seq_id: int) -> SeqState:
+        return next(s for s in self.sequences if s.seq_id == seq_id)
+
+
+def _blocks(pool: BlockPool, owners: dict[int, list[int]]) -> tuple[BlockState, ...]:
+    out = []
+    for b in range(pool.num_blocks):
+        rc = pool.ref_count[b]
+        h = pool.block_hash[b]
+        state = "shared" if rc > 1 else "used" if rc == 1 else "cached" if h else "free"
+        out.append(BlockState(b, pool.device, rc, len(pool.tokens[b]), tuple(owners.get(b, ())),
+                              h, tuple(pool.tokens[b]), state))
+    return tuple(out)
+
+
+def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockManager,
+                   queues: tuple[int, int, int], events: tuple[Event, ...], step_time_s: float,
+                   model: str, backend: str, device: str, bytes_per_block: int) -> StepSnapshot:
+    gpu_owners: dict[int, list[int]] = {}
+    cpu_owners: dict[int, list[int]] = {}
+    seqs = []
+    logical = 0
+    for g in groups:
+        for s in sorted(g.all_seqs(), key=lambda s: s.seq_id):
+            swapped = s.status == SeqStatus.SWAPPED
+            for b in s.block_table:
+                (cpu_owners if swapped else gpu_owners).setdefault(b, []).append(s.seq_id)
+            logical += len(s.block_table)
+            seqs.append(SeqState(s.seq_id, s.request_id, s.parent_seq_id, s.born_step,
+                                 s.status.value, tuple(s.token_ids), s.prompt_len, s.num_computed,
+                                 tuple(s.block_table), "cpu" if swapped else "gpu",
+                                 s.output_text, s.cumulative_logprob, s.finish_reason,
+                                 g.params.use_beam_search))
+    gpu, cpu = bm.gpu, bm.cpu
+    used = [b for b in range(gpu.num_blocks) if gpu.ref_count[b]]
+    stats = PoolStats(
+        total_blocks=gpu.num_blocks, free_blocks=gpu.num_free, used_blocks=len(used),
+        shared_blocks=sum(1 for b in used if gpu.ref_count[b] > 1),
+        cached_free_blocks=sum(1 for b in gpu.free_queue if gpu.block_hash[b]),
+        used_token_slots=sum(len(gpu.tokens[b]) for b in used),
+        token_capacity=gpu.num_blocks * gpu.block_size, bytes_per_block=bytes_per_block,
+        cpu_total_blocks=cpu.num_blocks, cpu_used_blocks=cpu.num_blocks - cpu.num_free,
+        num_waiting=queues[0], num_running=queues[1], num_swapped=queues[2],
+        logical_blocks=logical)
+    return StepSnapshot(step, kind, model, backend, device, gpu.block_size, tuple(seqs),
+                        _blocks(gpu, gpu_owners), _blocks(cpu, cpu_owners), stats, events,
+                        step_time_s)
