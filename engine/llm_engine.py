@@ -178,6 +178,8 @@ class Engine:
             for s in batch.seqs:
                 s.num_computed = s.num_tokens
             self._process(batch, logits, finished)
+            for rid in finished:
+                self.scheduler.remove(self.groups[rid])
         self.step_no += 1
         events = tuple(self._take_events())
         snap = self._snapshot(batch.kind, events, time.perf_counter() - t0)

@@ -1,0 +1,109 @@
+"""Bad input: a ValueError that names the problem, raised before any state changes."""
+import json
+import math
+
+import pytest
+
+from engine import Engine, EngineConfig, SamplingParams
+
+
+@pytest.fixture()
+def eng(tiny_llama):
+    e = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=16))
+    e.add_request([1, 2, 3], SamplingParams(max_tokens=4))
+    e.step()
+    return e
+
+
+REQUEST_CASES = {
+    "empty list prompt": ([], SamplingParams(), "empty"),
+    "empty text prompt": ("", SamplingParams(), "empty"),
+    "text without tokenizer": ("hello", SamplingParams(), "tokenizer"),
+    "token out of vocab": ([1, 500], SamplingParams(), "token ids"),
+    "negative token": ([-1], SamplingParams(), "token ids"),
+    "not a prompt": (3.5, SamplingParams(), "string or a list"),
+    "prompt longer than context": (list(range(100)) * 3, SamplingParams(), "context"),
+    "prompt + max_tokens over context": ([1] * 250, SamplingParams(max_tokens=10), "context"),
+    "n can never fit": ([1] * 10, SamplingParams(n=8, temperature=1, max_tokens=30), "never run"),
+    "beams can never fit": ([1] * 10, SamplingParams(beam_width=6, max_tokens=40), "never run"),
+    "one request larger than the pool": ([1] * 60, SamplingParams(max_tokens=10), "never run"),
+}
+
+
+@pytest.mark.parametrize("case", REQUEST_CASES)
+def test_bad_request_is_rejected_without_state_change(eng, case):
+    prompt, params, words = REQUEST_CASES[case]
+    before = eng.snapshot.to_dict()
+    history = len(eng.history)
+    with pytest.raises(ValueError, match=words):
+        eng.add_request(prompt, params)
+    assert eng.snapshot.to_dict() == before and len(eng.history) == history
+    assert set(eng.groups) == {"0"}
+    eng.check_invariants()
+
+
+def test_duplicate_request_id_and_generate_validate_first(eng):
+    before = eng.snapshot.to_dict()
+    with pytest.raises(ValueError, match="already in use"):
+        eng.add_request([5, 6], request_id="0")
+    with pytest.raises(ValueError, match="empty"):
+        eng.generate([[5, 6], []])          # the good prompt is not queued either
+    assert eng.snapshot.to_dict() == before and set(eng.groups) == {"0"}
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(temperature=math.nan), "temperature"),
+    (dict(temperature=-0.5), "temperature"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(top_k=0), "top_k"),
+    (dict(max_tokens=0), "max_tokens"),
+    (dict(n=0), "n must be"),
+    (dict(beam_width=0), "beam_width"),
+    (dict(n=2, temperature=0.0), "identical"),
+    (dict(beam_width=2, temperature=0.7), "deterministic"),
+    (dict(n=2, beam_width=2, temperature=1.0), "not both"),
+    (dict(stop=[""]), "stop"),
+])
+def test_bad_sampling_params(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(block_size=3), "power of two"),
+    (dict(block_size=0), "power of two"),
+    (dict(num_gpu_blocks=0), "num_gpu_blocks"),
+    (dict(preemption_mode="drop"), "preemption_mode"),
+    (dict(preemption_mode="swap", num_cpu_blocks=0), "swap space"),
+    (dict(device="tpu"), "device"),
+    (dict(dtype="int8"), "dtype"),
+])
+def test_bad_engine_config(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        EngineConfig(**kwargs)
+
+
+def test_unknown_model_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="no such folder"):
+        Engine(EngineConfig(model="./no/such/model"))
+    with pytest.raises(ValueError, match="no config.json"):
+        Engine(EngineConfig(model=str(tmp_path)))
+    with pytest.raises(ValueError, match="hub"):
+        Engine(EngineConfig(model="nobody-here/not-a-model"))
+
+
+def test_cuda_requested_without_cuda(tiny_llama):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ValueError, match="CUDA"):
+        Engine(EngineConfig(model=tiny_llama[0], device="cuda"))
+
+
+def test_snapshot_is_json_serialisable(eng):
+    while eng.has_unfinished_requests():
+        eng.step()
+    for snap in eng.history:
+        json.dumps(snap.to_dict())
+    assert eng.snapshot.stats.free_blocks == 16

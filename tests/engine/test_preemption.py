@@ -1,0 +1,44 @@
+"""A pool too small for every request at once: preempt, and outputs do not change."""
+import pytest
+
+from engine import Engine, EngineConfig, SamplingParams
+from tests.engine.helpers import run_all
+
+PROMPTS = [list(range(1, 6)), list(range(10, 17)), list(range(40, 48))]
+PARAMS = SamplingParams(max_tokens=24, ignore_eos=True)
+
+
+def outputs(eng):
+    return [eng.get_output(r).outputs[0].token_ids for r in ("0", "1", "2")]
+
+
+@pytest.fixture(scope="module")
+def unconstrained(tiny_llama):
+    eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=64))
+    for p in PROMPTS:
+        eng.add_request(p, PARAMS)
+    results = run_all(eng)
+    assert not any(e.kind == "preempt" for r in results for e in r.events)
+    return outputs(eng)
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_preemption_keeps_greedy_outputs(tiny_llama, unconstrained, mode):
+    # all three are admitted (2 blocks each) but grow to 8 blocks each: 24 > 14, so the
+    # scheduler must preempt; each still fits alone
+    eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=14,
+                              preemption_mode=mode, num_cpu_blocks=32 if mode == "swap" else 0))
+    for p in PROMPTS:
+        eng.add_request(p, PARAMS)
+    results = run_all(eng)
+    seen = [e for r in results for e in r.events]
+    preempts = [e for e in seen if e.kind == "preempt"]
+    assert preempts and all(e.mode == mode for e in preempts)
+    if mode == "swap":
+        assert any(e.kind == "swap_out" for e in seen)
+        assert any(e.kind == "swap_in" for e in seen)
+    else:   # a recomputed sequence is prefilled again, prompt and generated tokens alike
+        again = [e for e in seen if e.kind == "prefill" and e.end > len(PROMPTS[int(eng.snapshot.seq(e.seq_id).request_id)])]
+        assert again
+    assert outputs(eng) == unconstrained
+    assert eng.snapshot.stats.used_blocks == 0 and eng.snapshot.stats.cpu_used_blocks == 0

@@ -1,0 +1,48 @@
+"""Prefix caching (vLLM v1 style): full blocks hashed by chained content, reused by hash."""
+from engine import Engine, EngineConfig, SamplingParams
+from tests.engine.helpers import run_all
+
+PREFIX = list(range(50, 82))          # 32 tokens = 2 full blocks of 16
+A = PREFIX + [5, 6, 7]
+B = PREFIX + [9, 10, 11, 12, 13]
+PARAMS = SamplingParams(max_tokens=8, ignore_eos=True)
+
+
+def test_second_request_reuses_the_cached_prefix(tiny_llama):
+    path, _ = tiny_llama
+    plain = Engine(EngineConfig(model=path, block_size=16, num_gpu_blocks=32))
+    expected = [o.outputs[0].token_ids for o in plain.generate([A, B], PARAMS)]
+
+    eng = Engine(EngineConfig(model=path, block_size=16, num_gpu_blocks=32,
+                              enable_prefix_caching=True))
+    eng.add_request(A, PARAMS)
+    run_all(eng)
+    cached = {b.block_id for b in eng.snapshot.blocks if b.state == "cached"}
+    assert len(cached) == 2        # the prefix's blocks stay cached after request A finished
+
+    eng.add_request(B, PARAMS)
+    first = eng.step()
+    hits = [e for e in first.events if e.kind == "prefix_hit"]
+    assert [h.logical for h in hits] == [0, 1]
+    assert {h.physical for h in hits} == cached
+    allocs = [e for e in first.events if e.kind == "alloc"]
+    assert all(a.logical >= 2 for a in allocs) and len(allocs) == 1
+    prefill = next(e for e in first.events if e.kind == "prefill")
+    assert (prefill.start, prefill.end) == (32, len(B))       # only the suffix is computed
+    run_all(eng)
+    got = [eng.get_output(r).outputs[0].token_ids for r in ("0", "1")]
+    assert got == expected
+
+
+def test_requests_in_one_batch_share_prefix_blocks(tiny_llama):
+    path, _ = tiny_llama
+    eng = Engine(EngineConfig(model=path, block_size=16, num_gpu_blocks=32,
+                              enable_prefix_caching=True))
+    eng.add_request(A, PARAMS)
+    eng.add_request(B, PARAMS)
+    first = eng.step()
+    assert len([e for e in first.events if e.kind == "prefix_hit"]) == 2
+    a, b = first.snapshot.sequences
+    assert a.block_table[:2] == b.block_table[:2]
+    assert first.snapshot.blocks[a.block_table[0]].ref_count == 2
+    run_all(eng)

@@ -1,0 +1,61 @@
+"""Random add / step / abort programs keep every memory invariant and leak nothing."""
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from engine import Engine, EngineConfig, SamplingParams
+
+request = st.tuples(
+    st.integers(1, 24),                                 # prompt length
+    st.integers(1, 12),                                 # max_tokens
+    st.sampled_from(["greedy", "sample", "n2", "n3", "beam2", "beam3"]),
+    st.booleans(),                                      # ignore_eos
+)
+action = st.one_of(
+    st.tuples(st.just("add"), request),
+    st.tuples(st.just("step"), st.integers(1, 4)),
+    st.tuples(st.just("abort"), st.integers(0, 10)),
+)
+
+KIND = {"greedy": {}, "sample": dict(temperature=1.0), "n2": dict(n=2, temperature=1.0),
+        "n3": dict(n=3, temperature=0.7, top_k=8), "beam2": dict(beam_width=2),
+        "beam3": dict(beam_width=3)}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(block_size=st.sampled_from([1, 2, 4, 8, 16]), num_blocks=st.integers(4, 40),
+       mode=st.sampled_from(["recompute", "swap"]), caching=st.booleans(),
+       program=st.lists(action, min_size=1, max_size=14), seed=st.integers(0, 5))
+def test_random_programs_keep_invariants(micro_llama, block_size, num_blocks, mode, caching,
+                                         program, seed):
+    eng = Engine(EngineConfig(model=micro_llama, block_size=block_size, num_gpu_blocks=num_blocks,
+                              num_cpu_blocks=16 if mode == "swap" else 0, preemption_mode=mode,
+                              enable_prefix_caching=caching, seed=seed))
+    added = []
+    for op, arg in program:
+        if op == "add":
+            plen, max_tokens, kind, ignore_eos = arg
+            prompt = [(7 * i + seed) % 60 + 4 for i in range(plen)]   # shared-ish prefixes
+            params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos, **KIND[kind])
+            before = eng.snapshot.to_dict()
+            try:
+                added.append(eng.add_request(prompt, params))
+            except ValueError:        # could never fit this pool: rejected, nothing changed
+                assert eng.blocks_needed_worst_case(plen, params) > num_blocks
+                assert eng.snapshot.to_dict() == before
+        elif op == "step":
+            for _ in range(arg):
+                if eng.has_unfinished_requests():
+                    eng.step()
+                    eng.check_invariants()
+        elif added:
+            eng.abort_request(added[arg % len(added)])
+            eng.check_invariants()
+    steps = 0
+    while eng.has_unfinished_requests():
+        eng.step()
+        eng.check_invariants()
+        steps += 1
+        assert steps < 2000, "no progress"
+    stats = eng.snapshot.stats
+    assert stats.used_blocks == 0 and stats.free_blocks == num_blocks
+    assert stats.cpu_used_blocks == 0
