@@ -63,27 +63,56 @@ class BlockManager:
         return hits
 
     # ---- prefill -----------------------------------------------------------------------
-    def blocks_needed_for_prefill(self, seq: Sequence) -> int:
+    def _shared_prefix(self, first: Sequence | None, seq: Sequence) -> int:
+        """Leading full blocks ``seq`` can share with ``first``, a sibling prefilled in the same
+        step (a recomputed n > 1 or beam group): equal tokens, so equal K/V. Without this a
+        recomputed group would need more blocks than it ever held and might never fit again."""
+        if first is None:
+            return 0
+        bs = self.block_size
+        limit = min(first.num_tokens, seq.num_tokens - 1) // bs   # leave >= 1 token to compute
+        n = 0
+        while n < limit and seq.token_ids[n * bs:(n + 1) * bs] == first.token_ids[n * bs:(n + 1) * bs]:
+            n += 1
+        return n
+
+    def blocks_needed_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
         """Free blocks a prefill would consume (reviving a cached free block consumes one)."""
-        hits = self._prefix_hits(seq)
         total = -(-seq.num_tokens // self.block_size)
+        shared = self._shared_prefix(share_with, seq)
+        if shared:
+            return total - shared
+        hits = self._prefix_hits(seq)
         return total - len(hits) + sum(1 for b in hits if self.gpu.ref_count[b] == 0)
 
-    def allocate_for_prefill(self, seq: Sequence) -> int:
-        """Give a waiting sequence blocks for all its tokens; returns the tokens already cached."""
+    def allocate_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
+        """Give a waiting sequence blocks for all its tokens; returns the tokens already cached.
+
+        Blocks shared with ``share_with`` (or found in the prefix cache) are not recomputed:
+        their K/V is stored by the sibling's prefill in the same forward pass, and every layer
+        stores the whole batch's K/V before it attends."""
         assert not seq.block_table, f"seq {seq.seq_id} already holds blocks"
         bs = self.block_size
-        hits = self._prefix_hits(seq)
-        for i, b in enumerate(hits):
-            self.gpu.incref(b)
-            seq.block_table.append(b)
-            self.emit(ev.PrefixHit(seq.seq_id, i, b, seq.block_hashes[i]))
-        for i in range(len(hits), -(-seq.num_tokens // bs)):
+        shared = self._shared_prefix(share_with, seq)
+        if shared:
+            for b in share_with.block_table[:shared]:
+                self.gpu.incref(b)
+                seq.block_table.append(b)
+            self.emit(ev.Fork(share_with.seq_id, seq.seq_id, tuple(seq.block_table)))
+            if self.caching:
+                self._update_hashes(seq)
+        else:
+            for i, b in enumerate(self._prefix_hits(seq)):
+                self.gpu.incref(b)
+                seq.block_table.append(b)
+                self.emit(ev.PrefixHit(seq.seq_id, i, b, seq.block_hashes[i]))
+        reused = len(seq.block_table)
+        for i in range(reused, -(-seq.num_tokens // bs)):
             b = self._allocate(seq, i)
             self.gpu.tokens[b] = seq.token_ids[i * bs:(i + 1) * bs]
             if self.caching and len(self.gpu.tokens[b]) == bs:
                 self.gpu.register(b, seq.block_hashes[i])
-        seq.num_computed = len(hits) * bs
+        seq.num_computed = reused * bs
         return seq.num_computed
 
     def _allocate(self, seq: Sequence, logical: int) -> int:

@@ -10,11 +10,15 @@ import torch
 
 from engine import events as ev
 from engine.beam_search import beam_score, is_done, select_candidates
+from engine.accounting import accounting_frame, baseline_accounting
+from engine.baselines import POLICIES, ContiguousAllocator
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.invariants import check_invariants
 from engine.model_runner import ModelRunner
+from engine.length_only import SyntheticRunner
 from engine.models.loader import load_model
+from engine.models.spec import ModelSpec
 from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampler import sample
 from engine.sampling_params import SamplingParams
@@ -48,23 +52,52 @@ class Engine:
         if dtype_name == "auto":
             dtype_name = "bfloat16" if device.startswith("cuda") else "float32"
         self.dtype = _DTYPES[dtype_name]
-        self.backend = resolve_backend(config.backend, device)
+        self.config = config
+        backend = resolve_backend(config.backend, device)
         loaded = load_model(config.model, device, self.dtype)
-        self.spec = loaded.spec
-        self.tokenizer = loaded.tokenizer
-        self.model_path = loaded.path
+        runner = ModelRunner(loaded, config.num_gpu_blocks, config.num_cpu_blocks,
+                             config.block_size, device, self.dtype, get_ops(backend))
+        self._setup(config, loaded.spec, loaded.tokenizer, runner, device, backend, loaded.path)
+
+    @classmethod
+    def length_only(cls, config: EngineConfig | None = None, *, max_model_len: int = 2048,
+                    vocab_size: int = 64, detailed_snapshots: bool = False) -> "Engine":
+        """The same block manager and scheduler driven without a model (random logits): for
+        large simulations where only lengths matter. Prompts are lists of token ids."""
+        config = config or EngineConfig()
+        eng = cls.__new__(cls)
+        eng.config = config
+        eng.dtype = torch.float32
+        spec = ModelSpec.synthetic(vocab_size, max_model_len)
+        eng._setup(config, spec, None, SyntheticRunner(vocab_size, config.seed), "cpu", "none",
+                   "(length-only)", detailed_snapshots)
+        return eng
+
+    def _setup(self, config: EngineConfig, spec: ModelSpec, tokenizer, runner, device: str,
+               backend: str, model_path: str, detailed_snapshots: bool = True) -> None:
+        self.config = config
+        self.device = device
+        self.backend = backend
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.runner = runner
+        self.detailed_snapshots = detailed_snapshots
         self._events: list[ev.Event] = []
         self.bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,
                                config.enable_prefix_caching, self._events.append)
         self.scheduler = Scheduler(self.bm, config.preemption_mode, config.max_num_seqs,
                                    config.max_num_batched_tokens, self._events.append)
-        self.runner = ModelRunner(loaded, config.num_gpu_blocks, config.num_cpu_blocks,
-                                  config.block_size, device, self.dtype, get_ops(self.backend))
+        # the contiguous baselines see the same request stream, in lockstep with the engine
+        self.baselines = {p: ContiguousAllocator(p, config.num_gpu_blocks * config.block_size,
+                                                 spec.max_model_len) for p in POLICIES}
         self.groups: dict[str, SequenceGroup] = {}
+        self.num_finished = 0
         self.step_no = 0
         self._seq_ids = itertools.count()
         self._arrivals = itertools.count()
         self.history: deque[StepSnapshot] = deque(maxlen=config.max_history)
+        self.accounting_log: list[StepSnapshot] = []   # steps only; see accounting_frame
         self.history.append(self._snapshot("init", (), 0.0))
 
     # ---- requests ------------------------------------------------------------------------
@@ -154,6 +187,8 @@ class Engine:
                                    born_step=self.step_no))
         self.groups[request_id] = group
         self.scheduler.add(group)
+        for baseline in self.baselines.values():
+            baseline.add(request_id, len(ids), params.max_tokens, params.width)
         return request_id
 
     def abort_request(self, request_id: str) -> None:
@@ -180,6 +215,10 @@ class Engine:
             self._process(batch, logits, finished)
             for rid in finished:
                 self.scheduler.remove(self.groups[rid])
+            self.num_finished += len(finished)
+        for baseline in self.baselines.values():
+            if baseline.has_unfinished():
+                baseline.step()
         self.step_no += 1
         events = tuple(self._take_events())
         snap = self._snapshot(batch.kind, events, time.perf_counter() - t0)
@@ -332,10 +371,19 @@ class Engine:
     # ---- inspection ----------------------------------------------------------------------
     def _snapshot(self, kind: str, events: tuple, step_time: float) -> StepSnapshot:
         s = self.scheduler
-        return build_snapshot(self.step_no, kind, list(self.groups.values()), self.bm,
+        baselines = tuple(baseline_accounting(b.accounting()) for b in self.baselines.values())
+        snap = build_snapshot(self.step_no, kind, list(self.groups.values()), self.bm,
                               (len(s.waiting), len(s.running), len(s.swapped)), events, step_time,
                               self.config.model, self.backend_label, self.device,
-                              self.runner.bytes_per_block)
+                              self.runner.bytes_per_block, s.num_running_seqs(), self.num_finished,
+                              baselines, self.detailed_snapshots)
+        if kind not in ("init", "abort"):
+            self.accounting_log.append(snap)
+        return snap
+
+    def accounting_frame(self):
+        """Per-step accounting of the paged pool and every baseline (a pandas DataFrame)."""
+        return accounting_frame(self.accounting_log)
 
     @property
     def snapshot(self) -> StepSnapshot:

@@ -91,7 +91,9 @@ class Scheduler:
         tokens = 0
         while self.waiting:
             g = self.waiting[0]
-            need = sum(self.bm.blocks_needed_for_prefill(s) for s in g.seqs)
+            first = g.seqs[0]
+            need = sum(self.bm.blocks_needed_for_prefill(s, first if s is not first else None)
+                       for s in g.seqs)
             # keep one block spare for running requests, so admitting is not an instant preempt
             watermark = 1 if (self.running or batch.groups) else 0
             if need + watermark > self.bm.gpu.num_free:
@@ -103,7 +105,7 @@ class Scheduler:
                 break
             self.waiting.pop(0)
             for s in g.seqs:
-                start = self.bm.allocate_for_prefill(s)
+                start = self.bm.allocate_for_prefill(s, first if s is not first else None)
                 s.status = SeqStatus.RUNNING
                 bs = self.bm.block_size
                 batch.seqs.append(s)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from engine.accounting import Accounting, paged_accounting
 from engine.block_manager import BlockManager
 from engine.block_pool import BlockPool
 from engine.events import Event
@@ -83,10 +84,11 @@ class StepSnapshot:
     stats: PoolStats
     events: tuple[Event, ...]
     step_time_s: float
+    accounting: tuple[Accounting, ...]   # paged first, then each contiguous baseline
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for key in ("sequences", "blocks", "cpu_blocks"):
+        for key in ("sequences", "blocks", "cpu_blocks", "accounting"):
             d[key] = [dataclasses.asdict(x) for x in d[key]]
         d["stats"] = dataclasses.asdict(self.stats)
         d["events"] = [e.to_dict() for e in self.events]
@@ -109,12 +111,15 @@ def _blocks(pool: BlockPool, owners: dict[int, list[int]]) -> tuple[BlockState, 
 
 def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockManager,
                    queues: tuple[int, int, int], events: tuple[Event, ...], step_time_s: float,
-                   model: str, backend: str, device: str, bytes_per_block: int) -> StepSnapshot:
+                   model: str, backend: str, device: str, bytes_per_block: int,
+                   running_seqs: int, finished: int, baselines: tuple[Accounting, ...],
+                   detailed: bool = True) -> StepSnapshot:
+    """``detailed=False`` (large length-only simulations) leaves out sequences and blocks."""
     gpu_owners: dict[int, list[int]] = {}
     cpu_owners: dict[int, list[int]] = {}
     seqs = []
     logical = 0
-    for g in groups:
+    for g in groups if detailed else ():
         for s in sorted(g.all_seqs(), key=lambda s: s.seq_id):
             swapped = s.status == SeqStatus.SWAPPED
             for b in s.block_table:
@@ -136,6 +141,8 @@ def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockM
         cpu_total_blocks=cpu.num_blocks, cpu_used_blocks=cpu.num_blocks - cpu.num_free,
         num_waiting=queues[0], num_running=queues[1], num_swapped=queues[2],
         logical_blocks=logical)
+    accounting = (paged_accounting(stats, gpu.block_size, running_seqs, finished),) + baselines
     return StepSnapshot(step, kind, model, backend, device, gpu.block_size, tuple(seqs),
-                        _blocks(gpu, gpu_owners), _blocks(cpu, cpu_owners), stats, events,
-                        step_time_s)
+                        _blocks(gpu, gpu_owners) if detailed else (),
+                        _blocks(cpu, cpu_owners) if detailed else (), stats, events,
+                        step_time_s, accounting)

@@ -1,7 +1,8 @@
 """Tensor ops on a paged KV cache. No engine imports.
 
-``ops(backend)`` returns the implementation set; today only the torch reference exists
-(the Triton kernels are added behind the same names).
+``get_ops(resolve_backend(backend, device))`` returns the implementation set: the torch
+reference (reference.py) or the Triton kernels (triton_decode.py, triton_prefill.py,
+triton_cache_ops.py), behind the same names and signatures. Triton is an optional import.
 """
 from kernels.dispatch import BACKENDS, KernelOps, get_ops, resolve_backend
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from engine.models.gpt2 import GPT2LMHeadModel
 from engine.models.llama import LlamaForCausalLM
 from engine.models.spec import ModelSpec
 
@@ -70,14 +72,34 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     raise ValueError(f"no weights (*.safetensors or pytorch_model*.bin) in {path}")
 
 
+_GPT2_BUFFERS = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")   # causal-mask buffers, not weights
+
+
+def gpt2_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """HF GPT-2 names as our module expects them: ``transformer.``-prefixed (the original
+    OpenAI-converted checkpoints omit the prefix), without the attention-mask buffers."""
+    out = {}
+    for k, v in state.items():
+        if _GPT2_BUFFERS.search(k):
+            continue
+        if not k.startswith(("transformer.", "lm_head.")):
+            k = "transformer." + k
+        out[k] = v
+    return out
+
+
 @functools.lru_cache(maxsize=4)
 def load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
     from transformers import AutoConfig, AutoTokenizer
 
     path = resolve_model_path(model)
     spec = ModelSpec.from_hf_config(AutoConfig.from_pretrained(str(path)))
-    net = LlamaForCausalLM(spec)
-    state = {k: v for k, v in _read_state_dict(path).items() if "rotary_emb" not in k}
+    if spec.model_type == "gpt2":
+        net = GPT2LMHeadModel(spec)
+        state = gpt2_state_dict(_read_state_dict(path))
+    else:
+        net = LlamaForCausalLM(spec)
+        state = {k: v for k, v in _read_state_dict(path).items() if "rotary_emb" not in k}
     if spec.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     missing, unexpected = net.load_state_dict(state, strict=False)

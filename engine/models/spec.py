@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2")
+GPT2_ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu")
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,15 @@ class ModelSpec:
     o_proj_bias: bool
     eos_token_id: int | None
     bos_token_id: int | None
+    # GPT-2 only (the Llama family uses SiLU and RoPE; these keep their defaults there)
+    activation: str = "silu"
+    attn_scale_inverse_layer: bool = False   # GPT-2 scale_attn_by_inverse_layer_idx
+    scale_attn_weights: bool = True          # GPT-2: False = no 1/sqrt(head_dim)
+
+    @property
+    def scale(self) -> float:
+        """Base attention scale (a GPT-2 layer may further divide by layer_idx + 1)."""
+        return self.head_dim ** -0.5 if self.scale_attn_weights else 1.0
 
     @classmethod
     def from_hf_config(cls, cfg) -> "ModelSpec":
@@ -31,6 +42,8 @@ class ModelSpec:
         if mt not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"unsupported model type {mt!r}: this engine implements "
                              f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+        if mt == "gpt2":
+            return cls._from_gpt2_config(cfg)
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
@@ -54,4 +67,38 @@ class ModelSpec:
             attention_bias=qkv_bias,
             o_proj_bias=mt != "qwen2" and bool(getattr(cfg, "attention_bias", False)),
             eos_token_id=eos, bos_token_id=cfg.bos_token_id,
+        )
+
+    @classmethod
+    def synthetic(cls, vocab_size: int, max_model_len: int) -> "ModelSpec":
+        """No model at all: the length-only simulator's stand-in (no EOS: lengths are exact)."""
+        return cls("synthetic", vocab_size, 0, 0, 0, 1, 1, 1, 1e-6, 10000.0, max_model_len,
+                   False, False, False, None, None)
+
+    @classmethod
+    def _from_gpt2_config(cls, cfg) -> "ModelSpec":
+        """GPT-2: learned positions, MHA, LayerNorm, fused c_attn, tied lm_head by default."""
+        act = getattr(cfg, "activation_function", "gelu_new")
+        if act not in GPT2_ACTIVATIONS:
+            raise ValueError(f"unsupported activation {act!r} for gpt2 (one of {GPT2_ACTIVATIONS})")
+        if getattr(cfg, "add_cross_attention", False):
+            raise ValueError("gpt2 with cross-attention (an encoder-decoder) is not supported")
+        hidden, heads = cfg.n_embd, cfg.n_head
+        if hidden % heads:
+            raise ValueError(f"n_embd {hidden} is not a multiple of n_head {heads}")
+        eos = cfg.eos_token_id
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if eos else None
+        return cls(
+            model_type="gpt2", vocab_size=cfg.vocab_size, hidden_size=hidden,
+            intermediate_size=getattr(cfg, "n_inner", None) or 4 * hidden,
+            num_layers=cfg.n_layer, num_heads=heads, num_kv_heads=heads,
+            head_dim=hidden // heads, norm_eps=cfg.layer_norm_epsilon, rope_theta=0.0,
+            max_model_len=cfg.n_positions,
+            tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", True)),
+            attention_bias=True, o_proj_bias=True,
+            eos_token_id=eos, bos_token_id=cfg.bos_token_id,
+            activation=act,
+            attn_scale_inverse_layer=bool(getattr(cfg, "scale_attn_by_inverse_layer_idx", False)),
+            scale_attn_weights=bool(getattr(cfg, "scale_attn_weights", True)),
         )

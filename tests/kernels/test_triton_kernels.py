@@ -1,0 +1,214 @@
+"""Each Triton kernel equals its torch reference (kernels/reference.py).
+
+Without CUDA the kernels run in Triton's interpreter on CPU tensors: this module sets
+TRITON_INTERPRET=1 before anything imports the kernels (triton decides at decoration time).
+With CUDA the same comparisons run on the GPU instead. Shapes are tiny: the interpreter runs
+every program of the grid in Python.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from kernels import get_ops, resolve_backend  # noqa: E402
+from kernels import reference as ref  # noqa: E402
+from kernels.triton_support import interpreting, triton_importable, triton_version  # noqa: E402
+
+needs_triton = pytest.mark.skipif(not triton_importable(), reason="triton not installed")
+
+
+def _interpreter_broken() -> str | None:
+    """triton < 3.9 + numpy >= 2.4 breaks loops with bounds loaded from memory (triton #9171)."""
+    import numpy as np
+    tv = tuple(int(x) for x in (triton_version() or "0.0").split(".")[:2])
+    nv = tuple(int(x) for x in np.__version__.split(".")[:2])
+    if tv < (3, 9) and nv >= (2, 4):
+        return (f"triton {triton_version()} interpreter + numpy {np.__version__} is broken "
+                "(triton issue #9171): use triton>=3.9 or numpy<2.4")
+    return None
+
+
+@pytest.fixture(params=["interpreter", "cuda"])
+def device(request):
+    if not triton_importable():
+        pytest.skip("triton not installed")
+    if request.param == "cuda":
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA")
+        if interpreting():
+            pytest.skip("TRITON_INTERPRET=1 is set: the kernels run in the interpreter, not on the GPU")
+        return "cuda"
+    if not interpreting():
+        pytest.skip("interpreter tests run where CUDA is absent (or with TRITON_INTERPRET=1 set "
+                    "before Python starts)")
+    broken = _interpreter_broken()
+    if broken:
+        pytest.skip(broken)
+    return "cpu"
+
+
+@pytest.fixture
+def tk():
+    """The Triton kernel modules, imported only once the interpreter switch is settled."""
+    from kernels import triton_cache_ops, triton_decode, triton_prefill
+    return triton_decode, triton_prefill, triton_cache_ops
+
+
+def paged_setup(lengths, block_size, hkv, d, dtype, device, seed, extra_cols=0):
+    """Random caches; each sequence in random, non-contiguous physical blocks (padding 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    need = [-(-n // block_size) for n in lengths]
+    num_blocks = sum(need) + 5
+    k_cache = torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(dtype)
+    v_cache = torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(dtype)
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    width = max(need) + extra_cols
+    table = [[perm.pop() for _ in range(n)] for n in need]
+    table = torch.tensor([t + [0] * (width - len(t)) for t in table], dtype=torch.int32)
+    return k_cache.to(device), v_cache.to(device), table.to(device), gen
+
+
+def close(got, want, dtype):
+    tol = 1e-5 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(got.float().cpu(), want.float().cpu(), rtol=tol, atol=tol)
+
+
+# lengths: one token, within a block, several blocks, past a split; splits: None = heuristic.
+DECODE_CASES = [
+    # dtype,        block, hq, hkv, d,  splits
+    (torch.float32, 8, 8, 2, 8, (1, 3)),      # GQA group 4, head dim padded to 16, empty splits
+    (torch.float16, 16, 8, 2, 8, (None, 4)),
+    (torch.float32, 16, 4, 4, 16, (2,)),      # MHA
+    (torch.float16, 8, 4, 4, 16, (None,)),
+    (torch.float32, 4, 8, 2, 8, (None,)),     # block sizes below 8 work too
+    (torch.float32, 1, 4, 2, 16, (2,)),
+]
+
+
+@pytest.mark.parametrize("dtype, block_size, hq, hkv, d, splits", DECODE_CASES)
+def test_decode_equals_reference(device, tk, dtype, block_size, hq, hkv, d, splits):
+    lengths = [1, 7, 33, 50]
+    k_cache, v_cache, table, gen = paged_setup(lengths, block_size, hkv, d, dtype, device, 0,
+                                               extra_cols=2)   # wider table: more empty splits
+    q = torch.randn(len(lengths), hq, d, generator=gen).to(dtype).to(device)
+    ctx = torch.tensor(lengths, dtype=torch.int32, device=device)
+    want = ref.paged_decode_attention(q, k_cache, v_cache, table, ctx, 0.3)
+    for s in splits:
+        got = tk[0].paged_decode_attention(q, k_cache, v_cache, table, ctx, 0.3, num_splits=s)
+        assert got.dtype == dtype and got.shape == q.shape
+        assert torch.isfinite(got).all()
+        close(got, want, dtype)
+
+
+def test_decode_all_splits_empty_but_one(device, tk):
+    """A single one-token sequence with many splits: every split but the first is empty."""
+    k_cache, v_cache, table, gen = paged_setup([1], 8, 1, 16, torch.float32, device, 3,
+                                               extra_cols=7)
+    q = torch.randn(1, 2, 16, generator=gen).to(device)
+    ctx = torch.tensor([1], dtype=torch.int32, device=device)
+    got = tk[0].paged_decode_attention(q, k_cache, v_cache, table, ctx, 0.5, num_splits=4)
+    close(got, ref.paged_decode_attention(q, k_cache, v_cache, table, ctx, 0.5), torch.float32)
+
+
+PREFILL_CASES = [
+    (torch.float32, 8, 8, 2, 8),
+    (torch.float16, 16, 8, 2, 8),
+    (torch.float32, 16, 4, 4, 16),
+    (torch.float16, 4, 4, 2, 16),
+]
+
+
+@pytest.mark.parametrize("dtype, block_size, hq, hkv, d", PREFILL_CASES)
+def test_prefill_equals_reference(device, tk, dtype, block_size, hq, hkv, d):
+    # new tokens are the last `new` of each context: a prefix hit (20/4), a fresh prompt (5/5),
+    # one token after a long context (37/1), a prompt longer than one query tile (18/18)
+    lengths, new = [20, 5, 37, 18], [4, 5, 1, 18]
+    k_cache, v_cache, table, gen = paged_setup(lengths, block_size, hkv, d, dtype, device, 1)
+    q = torch.randn(sum(new), hq, d, generator=gen).to(dtype).to(device)
+    starts = [0]
+    for n in new:
+        starts.append(starts[-1] + n)
+    want = ref.paged_prefill_attention(q, k_cache, v_cache, table, starts, lengths, 0.4)
+    got = tk[1].paged_prefill_attention(q, k_cache, v_cache, table, starts, lengths, 0.4)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    close(got, want, dtype)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+def test_store_kv_equals_reference(device, tk, cache_dtype):
+    gen = torch.Generator().manual_seed(2)
+    want_k = torch.zeros(6, 8, 2, 16, dtype=cache_dtype)
+    want_v = torch.zeros_like(want_k)
+    qkv = torch.randn(5, 3, 2, 16, generator=gen)
+    k, v = qkv[:, 1], qkv[:, 2]                     # non-contiguous views, as a model makes them
+    slots = torch.tensor([3, 4, 17, 40, 47])        # blocks 0, 2, 5; ragged offsets
+    ref.store_kv(want_k, want_v, k, v, slots)
+    got_k, got_v = torch.zeros_like(want_k).to(device), torch.zeros_like(want_v).to(device)
+    tk[2].store_kv(got_k, got_v, k.to(device), v.to(device), slots.to(device))
+    assert torch.equal(got_k.cpu(), want_k) and torch.equal(got_v.cpu(), want_v)
+
+
+def test_copy_blocks_equals_reference(device, tk):
+    gen = torch.Generator().manual_seed(4)
+    kv = torch.randn(2, 2, 7, 8, 2, 16, generator=gen).to(torch.float16)  # layers, k/v, blocks...
+    src, dst = torch.tensor([1, 3, 1]), torch.tensor([4, 6, 0])            # a block copied twice
+    want = kv.clone()
+    ref.copy_blocks(want, src, dst)
+    got = kv.to(device)
+    tk[2].copy_blocks(got, src.to(device), dst.to(device))
+    assert torch.equal(got.cpu(), want)
+    tk[2].copy_blocks(got, src[:0].to(device), dst[:0].to(device))         # empty batch: no-op
+    assert torch.equal(got.cpu(), want)
+
+
+def test_triton_ops_set(device):
+    ops = get_ops(resolve_backend("triton", device))
+    assert ops.name == "triton"
+    assert ops.swap_blocks is ref.swap_blocks                # a device<->host copy stays torch
+
+
+# ---- dispatcher (no triton needed) ----------------------------------------------------------
+
+def test_auto_is_torch_on_cpu():
+    assert resolve_backend("auto", "cpu") == "torch"
+    assert get_ops("torch").paged_decode_attention is ref.paged_decode_attention
+
+
+def test_unknown_backend_is_value_error():
+    with pytest.raises(ValueError, match="unknown kernel backend"):
+        resolve_backend("cuda-graphs", "cpu")
+
+
+@needs_triton
+def test_triton_on_cpu_needs_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        resolve_backend("triton", "cpu")
+
+
+def test_missing_triton_is_clear(monkeypatch):
+    import kernels.dispatch as dispatch
+    monkeypatch.setattr(dispatch, "triton_importable", lambda: False)
+    assert dispatch.resolve_backend("auto", "cuda") == "torch"
+    with pytest.raises(ValueError, match="triton package"):
+        dispatch.resolve_backend("triton", "cuda")
+
+
+def test_everything_imports_without_triton():
+    """Triton is optional: with it unimportable, kernels and the engine import and pick torch."""
+    code = ("import sys; sys.modules['triton'] = None\n"
+            "import engine, kernels\n"
+            "from kernels import resolve_backend, get_ops\n"
+            "assert resolve_backend('auto', 'cuda') == 'torch'\n"
+            "assert get_ops('torch').name == 'torch'\n"
+            "assert 'kernels.triton_decode' not in sys.modules\n"
+            "print('ok')\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": root})
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
