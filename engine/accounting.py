@@ -46,12 +46,11 @@ def baseline_accounting(row: dict) -> Accounting:
                       row["running"], row["waiting"], row["finished"])
 
 
-def accounting_frame(snapshots) -> pd.DataFrame:
-    """One row per (step, allocator) from a history of snapshots."""
-    rows = []
-    for snap in snapshots:
-        for a in snap.accounting:
-            rows.append({"step": snap.step, **a.__dict__, "token_state_share": a.token_state_share})
+def accounting_frame(log) -> pd.DataFrame:
+    """One row per (step, allocator) from (step, accountings) pairs, e.g. ``Engine.accounting_log``
+    or ``[(s.step, s.accounting) for s in snapshots]``."""
+    rows = [{"step": step, **a.__dict__, "token_state_share": a.token_state_share}
+            for step, accountings in log for a in accountings]
     return pd.DataFrame(rows)
 
 

@@ -149,3 +149,21 @@ class Finish(Event):
 
 EVENT_KINDS = {cls.kind: cls for cls in (Alloc, Free, Evict, Fork, Cow, Prefill, Append, PrefixHit,
                                          Preempt, SwapOut, SwapIn, Sample, BeamPrune, Finish)}
+
+
+def event_from_dict(d: dict) -> Event:
+    """Inverse of ``Event.to_dict`` (for loading saved traces)."""
+    cls = EVENT_KINDS.get(d.get("kind"))
+    if cls is None:
+        raise ValueError(f"unknown event kind {d.get('kind')!r}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            continue
+        value = d[f.name]
+        if f.name == "mapping":
+            value = tuple((int(src), dst) for src, dst in value.items())
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -97,7 +98,9 @@ class Engine:
         self._seq_ids = itertools.count()
         self._arrivals = itertools.count()
         self.history: deque[StepSnapshot] = deque(maxlen=config.max_history)
-        self.accounting_log: list[StepSnapshot] = []   # steps only; see accounting_frame
+        # every step's accounting (small; kept beyond max_history) and event totals
+        self.accounting_log: list[tuple[int, tuple]] = []
+        self.event_counts: Counter[str] = Counter()
         self.history.append(self._snapshot("init", (), 0.0))
 
     # ---- requests ------------------------------------------------------------------------
@@ -231,25 +234,36 @@ class Engine:
         return out
 
     def _process(self, batch: ScheduledBatch, logits: torch.Tensor, finished: list[str]) -> None:
+        # whole-batch tensor ops once; per-sequence work below is plain Python
+        logprobs = torch.log_softmax(logits, dim=-1)
+        greedy = logits.argmax(dim=-1)
+        greedy_tokens = greedy.tolist()
+        greedy_logprobs = logprobs.gather(1, greedy[:, None]).squeeze(1).tolist()
         rows = {s.seq_id: i for i, s in enumerate(batch.seqs)}
+
+        def choose(row: int, g: SequenceGroup, k: int = 1) -> list[tuple[int, float]]:
+            if g.params.temperature == 0:
+                return [(greedy_tokens[row], greedy_logprobs[row])] * k
+            toks = sample(logits[row], g.params, g.generator, k)
+            return [(t, float(logprobs[row, t])) for t in toks]
+
         for g in batch.groups:
             live = [s for s in g.seqs if s.seq_id in rows]
             if not live:
                 continue
-            logprobs = torch.log_softmax(logits[[rows[s.seq_id] for s in live]], dim=-1)
             if g.params.use_beam_search:
-                self._beam_step(g, live, logprobs)
+                self._beam_step(g, live, logprobs[[rows[s.seq_id] for s in live]])
             elif g.params.n > 1 and not g.forked:
                 parent = live[0]
-                tokens = sample(logits[rows[parent.seq_id]], g.params, g.generator, g.params.n)
-                children = [parent] + [self._fork(g, parent) for _ in tokens[1:]]
+                picks = choose(rows[parent.seq_id], g, g.params.n)
+                children = [parent] + [self._fork(g, parent) for _ in picks[1:]]
                 g.forked = True
-                for child, tok in zip(children, tokens):
-                    self._append(g, child, tok, float(logprobs[0, tok]))
+                for child, (tok, lp) in zip(children, picks):
+                    self._append(g, child, tok, lp)
             else:
-                for i, s in enumerate(live):
-                    tok = sample(logits[rows[s.seq_id]], g.params, g.generator)[0]
-                    self._append(g, s, tok, float(logprobs[i, tok]))
+                for s in live:
+                    tok, lp = choose(rows[s.seq_id], g)[0]
+                    self._append(g, s, tok, lp)
             if g.is_finished:
                 finished.append(g.request_id)
 
@@ -276,6 +290,12 @@ class Engine:
             if hit:
                 s.output_text = s.output_text[:min(hit)]
                 self._finish(g, s, "stop")
+
+    def decode_tokens(self, token_ids) -> list[str]:
+        """The text of each token on its own (for showing block boundaries in text)."""
+        if self.tokenizer is None:
+            return [f"<{t}>" for t in token_ids]
+        return [self.tokenizer.decode([t]) for t in token_ids]
 
     def _detokenize(self, s: Sequence) -> None:
         if self.tokenizer is not None:
@@ -378,7 +398,8 @@ class Engine:
                               self.runner.bytes_per_block, s.num_running_seqs(), self.num_finished,
                               baselines, self.detailed_snapshots)
         if kind not in ("init", "abort"):
-            self.accounting_log.append(snap)
+            self.accounting_log.append((snap.step, snap.accounting))
+        self.event_counts.update(e.kind for e in events)
         return snap
 
     def accounting_frame(self):

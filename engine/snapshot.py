@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from engine.accounting import Accounting, paged_accounting
 from engine.block_manager import BlockManager
 from engine.block_pool import BlockPool
-from engine.events import Event
+from engine.events import Event, event_from_dict
 from engine.sequence import SequenceGroup, SeqStatus
 
 
@@ -94,6 +94,24 @@ class StepSnapshot:
         d["events"] = [e.to_dict() for e in self.events]
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepSnapshot":
+        """Inverse of ``to_dict``: a saved trace becomes real snapshots again."""
+        def tuples(x: dict) -> dict:
+            return {k: tuple(v) if isinstance(v, list) else v for k, v in x.items()}
+        try:
+            return cls(
+                **{k: d[k] for k in ("step", "kind", "model", "backend", "device", "block_size",
+                                     "step_time_s")},
+                sequences=tuple(SeqState(**tuples(x)) for x in d["sequences"]),
+                blocks=tuple(BlockState(**tuples(x)) for x in d["blocks"]),
+                cpu_blocks=tuple(BlockState(**tuples(x)) for x in d["cpu_blocks"]),
+                stats=PoolStats(**d["stats"]),
+                events=tuple(event_from_dict(e) for e in d["events"]),
+                accounting=tuple(Accounting(**a) for a in d["accounting"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a PagedAttention Lab snapshot: {exc}") from exc
+
     def seq(self, seq_id: int) -> SeqState:
         return next(s for s in self.sequences if s.seq_id == seq_id)
 
@@ -118,13 +136,12 @@ def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockM
     gpu_owners: dict[int, list[int]] = {}
     cpu_owners: dict[int, list[int]] = {}
     seqs = []
-    logical = 0
+    logical = sum(len(s.block_table) for g in groups for s in g.seqs)   # live sequences
     for g in groups if detailed else ():
         for s in sorted(g.all_seqs(), key=lambda s: s.seq_id):
             swapped = s.status == SeqStatus.SWAPPED
             for b in s.block_table:
                 (cpu_owners if swapped else gpu_owners).setdefault(b, []).append(s.seq_id)
-            logical += len(s.block_table)
             seqs.append(SeqState(s.seq_id, s.request_id, s.parent_seq_id, s.born_step,
                                  s.status.value, tuple(s.token_ids), s.prompt_len, s.num_computed,
                                  tuple(s.block_table), "cpu" if swapped else "gpu",

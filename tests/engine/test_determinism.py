@@ -25,3 +25,13 @@ def test_two_runs_give_identical_event_streams(tiny_llama):
         assert a == b
     kinds = {e["kind"] for step in events_a for e in step}
     assert {"fork", "cow", "sample", "alloc", "free"} <= kinds
+
+
+def test_snapshots_round_trip_through_json(tiny_llama):
+    import json
+
+    from engine import StepSnapshot
+    _, snaps = trace(tiny_llama[0])
+    for d in snaps:
+        back = StepSnapshot.from_dict(json.loads(json.dumps(d)))
+        assert back.to_dict() == d
