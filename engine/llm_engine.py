@@ -234,7 +234,9 @@ class Engine:
         return out
 
     def _process(self, batch: ScheduledBatch, logits: torch.Tensor, finished: list[str]) -> None:
-        # whole-batch tensor ops once; per-sequence work below is plain Python
+        # whole-batch tensor ops once, on the host (seeded CPU generators, small vocabularies);
+        # per-sequence work below is plain Python
+        logits = logits.float().cpu()
         logprobs = torch.log_softmax(logits, dim=-1)
         greedy = logits.argmax(dim=-1)
         greedy_tokens = greedy.tolist()
@@ -332,19 +334,15 @@ class Engine:
         updates = []
         for idx, cands in by_parent.items():
             parent = live[idx]
-            base_cum = parent.cumulative_logprob
-            for c in cands[1:]:
-                child = self._fork(g, parent)
-                updates.append((child, c, base_cum))
-            updates.append((parent, cands[0], base_cum))
+            updates += [(self._fork(g, parent), c, parent.cumulative_logprob) for c in cands[1:]]
+            updates.append((parent, cands[0], parent.cumulative_logprob))
         for idx, s in enumerate(live):
             if idx not in by_parent:
                 self._finish(g, s, "pruned", SeqStatus.PRUNED)
-        for s, c, base_cum in updates:
-            s.cumulative_logprob = base_cum
+        for s, c, parent_cum in updates:
             s.token_ids.append(c.token_id)
             s.cumulative_logprob = c.cum_logprob
-            self._events.append(ev.Sample(s.seq_id, c.token_id, c.cum_logprob - base_cum))
+            self._events.append(ev.Sample(s.seq_id, c.token_id, c.cum_logprob - parent_cum))
             self._detokenize(s)
         hyp_scores = [beam_score(h.cumulative_logprob, len(h.output_token_ids), p.length_penalty)
                       for h in g.done_seqs if h.status == SeqStatus.FINISHED]
