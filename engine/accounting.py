@@ -24,6 +24,7 @@ class Accounting:
     running: int              # sequences running after the step
     waiting: int              # requests waiting for memory
     finished: int             # requests finished so far
+    rejected: int = 0         # requests that could never fit (contiguous reservations only)
 
     @property
     def token_state_share(self) -> float:
@@ -43,7 +44,7 @@ def paged_accounting(stats, block_size: int, running_seqs: int, finished: int) -
 def baseline_accounting(row: dict) -> Accounting:
     return Accounting(row["allocator"], row["token_states"], row["reserved"],
                       row["internal_fragmentation"], row["external_fragmentation"], row["free"],
-                      row["running"], row["waiting"], row["finished"])
+                      row["running"], row["waiting"], row["finished"], row["rejected"])
 
 
 def accounting_frame(log) -> pd.DataFrame:

@@ -129,7 +129,8 @@ class BlockManager:
     # ---- decode ------------------------------------------------------------------------
     def blocks_needed_for_append(self, seqs: list[Sequence]) -> int:
         """Exact number of fresh blocks one decode step of these sequences needs: a new block
-        at a block boundary, a CoW copy for each writer of a shared block except the last."""
+        at a block boundary, a CoW copy for each writer of a shared block except the last.
+        (Swapped sequences are counted as they will be once swapped back in.)"""
         need = 0
         writers: dict[int, int] = {}
         for s in seqs:
@@ -138,9 +139,13 @@ class BlockManager:
             else:
                 b = s.block_table[-1]
                 writers[b] = writers.get(b, 0) + 1
+        pool = self.pool_of(seqs[0]) if seqs else self.gpu
         for b, n in writers.items():
-            rc = self.gpu.ref_count[b]
-            need += n - 1 if rc == n else n if rc > 1 else 0
+            refs = pool.ref_count[b]
+            if refs == n:        # only these writers share it: the last one writes in place
+                need += n - 1
+            elif refs > 1:       # shared with others too: every writer copies
+                need += n
         return need
 
     def append_slot(self, seq: Sequence) -> int:

@@ -42,18 +42,21 @@ class StepResult:
 
 class Engine:
     def __init__(self, config: EngineConfig | None = None):
-        self.config = config = config or EngineConfig()
+        config = config or EngineConfig()
         device = config.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        elif device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError("device='cuda' was requested but CUDA is not available")
-        self.device = device
+        elif device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise ValueError("device='cuda' was requested but CUDA is not available")
+            index = int(device.partition(":")[2] or 0)
+            if index >= torch.cuda.device_count():
+                raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA "
+                                 "device(s) here")
         dtype_name = config.dtype
         if dtype_name == "auto":
             dtype_name = "bfloat16" if device.startswith("cuda") else "float32"
         self.dtype = _DTYPES[dtype_name]
-        self.config = config
         backend = resolve_backend(config.backend, device)
         loaded = load_model(config.model, device, self.dtype)
         runner = ModelRunner(loaded, config.num_gpu_blocks, config.num_cpu_blocks,
@@ -201,6 +204,8 @@ class Engine:
         for s in list(group.seqs):
             self._finish(group, s, "abort")
         self.scheduler.remove(group)
+        for baseline in self.baselines.values():
+            baseline.abort(request_id)
         self.history.append(self._snapshot("abort", tuple(self._take_events()), 0.0))
 
     def has_unfinished_requests(self) -> bool:
@@ -217,7 +222,12 @@ class Engine:
                 s.num_computed = s.num_tokens
             self._process(batch, logits, finished)
             for rid in finished:
-                self.scheduler.remove(self.groups[rid])
+                group = self.groups[rid]
+                self.scheduler.remove(group)
+                out_len = max(len(s.output_token_ids) for s in group.done_seqs)
+                if out_len < group.params.max_tokens:
+                    for baseline in self.baselines.values():
+                        baseline.set_output_len(rid, out_len)
             self.num_finished += len(finished)
         for baseline in self.baselines.values():
             if baseline.has_unfinished():
@@ -244,7 +254,7 @@ class Engine:
         rows = {s.seq_id: i for i, s in enumerate(batch.seqs)}
 
         def choose(row: int, g: SequenceGroup, k: int = 1) -> list[tuple[int, float]]:
-            if g.params.temperature == 0:
+            if g.params.is_greedy:
                 return [(greedy_tokens[row], greedy_logprobs[row])] * k
             toks = sample(logits[row], g.params, g.generator, k)
             return [(t, float(logprobs[row, t])) for t in toks]
@@ -350,7 +360,7 @@ class Engine:
         if (out_len >= p.max_tokens or best_running is None
                 or is_done(hyp_scores, best_running, out_len, p.beam_width, p.length_penalty)):
             for s in list(g.seqs):
-                self._finish(g, s, "length" if out_len >= p.max_tokens else "stop")
+                self._finish(g, s, "length" if out_len >= p.max_tokens else "beam_done")
 
     # ---- outputs -------------------------------------------------------------------------
     def get_output(self, request_id: str) -> RequestOutput:

@@ -35,9 +35,15 @@ class ModelRunner:
     def _ids(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
 
-    @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> torch.Tensor:
         """Logits (float32, [num_seqs, vocab]) at each scheduled sequence's last position."""
+        if self.device.startswith("cuda"):
+            with torch.cuda.device(self.device):     # Triton launches on the current device
+                return self._execute(batch)
+        return self._execute(batch)
+
+    @torch.inference_mode()
+    def _execute(self, batch: ScheduledBatch) -> torch.Tensor:
         if batch.swap_out:
             src, dst = zip(*batch.swap_out)
             self.ops.swap_blocks(self.kv_cache, self.cpu_kv_cache, self._ids(src), self._ids(dst))

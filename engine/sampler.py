@@ -24,7 +24,7 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
            num_samples: int = 1) -> list[int]:
     """Choose ``num_samples`` tokens from one row of logits ([vocab], float32)."""
-    if params.temperature == 0:
+    if params.is_greedy:
         return [int(torch.argmax(logits))] * num_samples
     scaled = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
     probs = torch.softmax(scaled, dim=-1)

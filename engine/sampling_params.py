@@ -5,6 +5,9 @@ import math
 from dataclasses import dataclass
 
 
+GREEDY_BELOW = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     n: int = 1                   # parallel samples sharing the prompt's blocks
@@ -21,8 +24,11 @@ class SamplingParams:
     def __post_init__(self):
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
-        elif self.stop is not None:
+        elif isinstance(self.stop, (list, tuple)):
             object.__setattr__(self, "stop", tuple(self.stop))
+        elif self.stop is not None:
+            raise ValueError(f"invalid SamplingParams: stop must be a string or a list of strings, "
+                             f"got {self.stop!r}")
         problems = self.problems()
         if problems:
             raise ValueError("invalid SamplingParams: " + "; ".join(problems))
@@ -44,16 +50,24 @@ class SamplingParams:
             p.append(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if not isinstance(self.length_penalty, (int, float)) or math.isnan(self.length_penalty):
             p.append(f"length_penalty must be a number, got {self.length_penalty!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                                      or not 0 <= self.seed < 2 ** 63):
+            p.append(f"seed must be None or an integer in [0, 2**63), got {self.seed!r}")
         if self.stop is not None and any(not isinstance(s, str) or not s for s in self.stop):
             p.append("stop must be a list of non-empty strings")
         if not p and self.beam_width > 1:
             if self.n > 1:
                 p.append("use either n > 1 (parallel sampling) or beam_width > 1, not both")
-            if self.temperature != 0:
+            if not self.is_greedy:
                 p.append("beam search is deterministic: set temperature=0")
-        if not p and self.n > 1 and self.temperature == 0:
+        if not p and self.n > 1 and self.is_greedy:
             p.append("n > 1 with temperature 0 would give n identical samples: set temperature > 0")
         return p
+
+    @property
+    def is_greedy(self) -> bool:
+        """Temperatures below 1e-5 are greedy (dividing logits by them would overflow)."""
+        return self.temperature < GREEDY_BELOW
 
     @property
     def use_beam_search(self) -> bool:

@@ -71,18 +71,25 @@ class Scheduler:
 
     def _swap_in(self) -> list[tuple[int, int]]:
         mapping: list[tuple[int, int]] = []
+        running_need = sum(self.bm.blocks_needed_for_append(r.seqs) for r in self.running)
         while self.swapped:
             g = self.swapped[0]
-            running_need = sum(self.bm.blocks_needed_for_append(r.seqs) for r in self.running)
-            # room for the blocks and for the next token of each of its sequences, so this
-            # step's decode cannot preempt (a step never swaps both ways)
-            need = self.bm.blocks_needed_for_swap_in(g.seqs) + len(g.seqs) + running_need
+            # room for its blocks and for its next token, so this step's decode cannot preempt
+            # (a step never swaps both ways: the runner copies swap-outs before swap-ins)
+            next_need = self.bm.blocks_needed_for_append(g.seqs)
+            need = self.bm.blocks_needed_for_swap_in(g.seqs) + next_need + running_need
             if need > self.bm.gpu.num_free:
+                if not self.running and not mapping:
+                    # cannot happen for requests that passed validation; never deadlock anyway
+                    self.swapped.pop(0)
+                    self._recompute(g)
+                    continue
                 break
             if self.num_running_seqs() + len(g.seqs) > self.max_num_seqs:
                 break
             self.swapped.pop(0)
             mapping += self.bm.swap_in(g.seqs)
+            running_need += next_need
             self._insert(self.running, g)
         return mapping
 
@@ -139,6 +146,7 @@ class Scheduler:
             batch.groups.append(g)
             kept.append(g)
         self.running = kept
+        assert not (swap_in and batch.swap_out), "a step never swaps both ways"
         batch.copies = self.bm.pending_copies
         self.bm.pending_copies = []
         if not batch.seqs:
@@ -152,10 +160,12 @@ class Scheduler:
             mapping = self.bm.swap_out(g.seqs)
             self._insert(self.swapped, g)
             return mapping
-        # recompute (also the fallback when swap space is full)
+        self._recompute(g)           # also the fallback when swap space is full
+        return []
+
+    def _recompute(self, g: SequenceGroup) -> None:
         for s in g.seqs:
             self.emit(ev.Preempt(s.seq_id, "recompute"))
             self.bm.free(s)
             s.status = SeqStatus.WAITING
         self._insert(self.waiting, g)
-        return []

@@ -52,14 +52,43 @@ class ContiguousAllocator:
         self.finished = 0
         self.rejected = 0     # could never fit the address space at all
 
+    def _extent(self, r: _Request) -> int:
+        size = reservation(self.policy, r.prompt_len, r.output_len, self.max_model_len)
+        return r.width * min(size, max(self.max_model_len, r.prompt_len + r.output_len))
+
     def add(self, request_id: str, prompt_len: int, output_len: int, width: int = 1) -> None:
         r = _Request(request_id, prompt_len, output_len, width)
-        r.extent = width * min(reservation(self.policy, prompt_len, output_len, self.max_model_len),
-                               max(self.max_model_len, prompt_len + output_len))
+        r.extent = self._extent(r)
         if r.extent > self.space.size:
-            self.rejected += 1
+            self.rejected += 1          # reported: it could never run contiguously
         else:
             self.waiting.append(r)
+
+    def set_output_len(self, request_id: str, output_len: int) -> None:
+        """The engine finished the request early (EOS, stop string): a waiting request's
+        reservation shrinks (Pow2 and Oracle size it by length), a running one ends there."""
+        for r in self.waiting:
+            if r.request_id == request_id:
+                r.output_len = min(r.output_len, output_len)
+                r.extent = self._extent(r)
+                return
+        for r in self.running:
+            if r.request_id == request_id:
+                r.output_len = max(min(r.output_len, output_len), r.generated)
+                if r.generated >= r.output_len:
+                    self._retire(r)
+                return
+
+    def abort(self, request_id: str) -> None:
+        self.waiting = [r for r in self.waiting if r.request_id != request_id]
+        for r in [r for r in self.running if r.request_id == request_id]:
+            self.running.remove(r)
+            self.space.free(r.start)
+
+    def _retire(self, r: _Request) -> None:
+        self.running.remove(r)
+        self.space.free(r.start)
+        self.finished += 1
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -81,9 +110,7 @@ class ContiguousAllocator:
         for r in active:
             r.generated += 1
         for r in [r for r in active if r.generated >= r.output_len]:
-            self.running.remove(r)
-            self.space.free(r.start)
-            self.finished += 1
+            self._retire(r)
 
     def accounting(self) -> dict:
         """Slots by the paper's Fig. 2 categories. Token states are tokens whose K/V is stored
@@ -105,4 +132,4 @@ class ContiguousAllocator:
                 "internal_fragmentation": internal, "external_fragmentation": external,
                 "free": free, "running": sum(r.width for r in self.running),
                 "running_requests": len(self.running), "waiting": len(self.waiting),
-                "finished": self.finished}
+                "finished": self.finished, "rejected": self.rejected}

@@ -8,6 +8,16 @@ LLAMA_FAMILY = ("llama", "mistral", "qwen2")
 GPT2_ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu")
 
 
+def _context_len(cfg) -> int:
+    """Positions the model supports; capped at a sliding window (Mistral) since our attention
+    is full attention, which equals windowed attention only within the window."""
+    n = cfg.max_position_embeddings
+    window = getattr(cfg, "sliding_window", None)
+    if window and getattr(cfg, "use_sliding_window", True):
+        n = min(n, window)
+    return n
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     model_type: str
@@ -62,7 +72,7 @@ class ModelSpec:
             intermediate_size=cfg.intermediate_size, num_layers=cfg.num_hidden_layers,
             num_heads=heads, num_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
             head_dim=head_dim, norm_eps=cfg.rms_norm_eps, rope_theta=float(theta),
-            max_model_len=cfg.max_position_embeddings,
+            max_model_len=_context_len(cfg),
             tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
             attention_bias=qkv_bias,
             o_proj_bias=mt != "qwen2" and bool(getattr(cfg, "attention_bias", False)),

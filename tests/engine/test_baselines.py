@@ -123,3 +123,30 @@ def test_small_trace_accounting_frame():
     assert summary.loc["paged", "token_states_%"] > summary.loc["oracle", "token_states_%"]
     assert summary.loc["paged", "finished"] == 30
     eng.check_invariants()
+
+
+def test_baselines_follow_early_finish_abort_and_report_rejections():
+    alloc = ContiguousAllocator("oracle", capacity_slots=100, max_model_len=100)
+    alloc.add("big", 80, 40)                   # 120 slots: can never fit
+    alloc.add("a", 10, 20)
+    alloc.add("b", 10, 70)                     # 80: waits behind a (30)
+    alloc.step()
+    assert alloc.accounting()["rejected"] == 1 and alloc.accounting()["waiting"] == 1
+    alloc.set_output_len("b", 5)               # finished early in the engine: shrinks to 15
+    alloc.step()
+    assert [r.request_id for r in alloc.running] == ["a", "b"]
+    alloc.set_output_len("a", 1)               # a already generated 1 token: retires now
+    assert alloc.finished == 1
+    alloc.abort("b")
+    assert not alloc.has_unfinished() and alloc.space.free_total == 100
+
+
+def test_swap_mode_never_deadlocks_on_a_tight_pool():
+    # a forked group swapped out must come back although its width exceeds the spare blocks
+    eng = Engine.length_only(EngineConfig(block_size=4, num_gpu_blocks=4, num_cpu_blocks=64,
+                                          preemption_mode="swap"), max_model_len=64)
+    outs = eng.generate([[4], list(range(20, 26))],
+                        [SamplingParams(max_tokens=2, ignore_eos=True),
+                         SamplingParams(n=3, temperature=1.0, max_tokens=2, ignore_eos=True)])
+    assert [len(o.outputs) for o in outs] == [1, 3]
+    eng.check_invariants()
