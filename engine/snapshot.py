@@ -131,22 +131,30 @@ def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockM
                    queues: tuple[int, int, int], events: tuple[Event, ...], step_time_s: float,
                    model: str, backend: str, device: str, bytes_per_block: int,
                    running_seqs: int, finished: int, baselines: tuple[Accounting, ...],
-                   detailed: bool = True) -> StepSnapshot:
-    """``detailed=False`` (large length-only simulations) leaves out sequences and blocks."""
+                   detailed: bool = True, done_cache: dict | None = None) -> StepSnapshot:
+    """``detailed=False`` (large length-only simulations) leaves out sequences and blocks.
+    ``done_cache`` (seq_id -> SeqState) lets finished sequences be built once, not every step."""
+    done_cache = {} if done_cache is None else done_cache
     gpu_owners: dict[int, list[int]] = {}
     cpu_owners: dict[int, list[int]] = {}
     seqs = []
     logical = sum(len(s.block_table) for g in groups for s in g.seqs)   # live sequences
     for g in groups if detailed else ():
         for s in sorted(g.all_seqs(), key=lambda s: s.seq_id):
+            if s.seq_id in done_cache:          # finished sequences never change again
+                seqs.append(done_cache[s.seq_id])
+                continue
             swapped = s.status == SeqStatus.SWAPPED
             for b in s.block_table:
                 (cpu_owners if swapped else gpu_owners).setdefault(b, []).append(s.seq_id)
-            seqs.append(SeqState(s.seq_id, s.request_id, s.parent_seq_id, s.born_step,
-                                 s.status.value, tuple(s.token_ids), s.prompt_len, s.num_computed,
-                                 tuple(s.block_table), "cpu" if swapped else "gpu",
-                                 s.output_text, s.cumulative_logprob, s.finish_reason,
-                                 g.params.use_beam_search))
+            state = SeqState(s.seq_id, s.request_id, s.parent_seq_id, s.born_step,
+                             s.status.value, tuple(s.token_ids), s.prompt_len, s.num_computed,
+                             tuple(s.block_table), "cpu" if swapped else "gpu",
+                             s.output_text, s.cumulative_logprob, s.finish_reason,
+                             g.params.use_beam_search)
+            if s.is_finished:
+                done_cache[s.seq_id] = state
+            seqs.append(state)
     gpu, cpu = bm.gpu, bm.cpu
     used = [b for b in range(gpu.num_blocks) if gpu.ref_count[b]]
     stats = PoolStats(
