@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,8 +89,17 @@ def gpt2_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-@functools.lru_cache(maxsize=4)
+_LOAD_LOCK = threading.Lock()
+
+
 def load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
+    """Load once per process (thread-safe: many browser sessions may start at once)."""
+    with _LOAD_LOCK:
+        return _load_model(model, device, dtype)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
     from transformers import AutoConfig, AutoTokenizer
 
     path = resolve_model_path(model)

@@ -1,0 +1,89 @@
+"""Beam / fork tree: one horizontal line per sequence, from the step it was born to the step it
+ended (or now); a diagonal joins a forked child to its parent. Survivors are solid, pruned beams
+dashed with an ×, finished ones end in a star. Beam search follows vLLM v0 semantics.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from app.figures.common import OKABE_ITO, empty, style
+
+STATUS_STYLE = {   # colour, dash, end marker
+    "running": (OKABE_ITO["blue"], "solid", "circle"),
+    "finished": (OKABE_ITO["green"], "solid", "star"),
+    "pruned": (OKABE_ITO["vermillion"], "dash", "x"),
+    "waiting": ("#777777", "dot", "circle-open"),
+    "swapped": (OKABE_ITO["purple"], "dot", "circle-open"),
+}
+
+
+def end_steps(snapshots, upto: int) -> dict[int, int]:
+    """seq_id -> the step whose events finished or pruned it (only steps <= upto)."""
+    ends = {}
+    for snap in snapshots:
+        if snap.step > upto:
+            continue
+        for e in snap.events:
+            if e.kind in ("finish", "beam_prune"):
+                ends.setdefault(e.seq_id, snap.step)
+    return ends
+
+
+def tree_order(seqs) -> list:
+    """Depth-first order (children right below their parent), per request."""
+    children: dict[int | None, list] = {}
+    ids = {s.seq_id for s in seqs}
+    for s in seqs:
+        parent = s.parent_seq_id if s.parent_seq_id in ids else None
+        children.setdefault(parent, []).append(s)
+    out = []
+
+    def visit(s):
+        out.append(s)
+        for c in sorted(children.get(s.seq_id, []), key=lambda c: (c.born_step, c.seq_id)):
+            visit(c)
+    for root in sorted(children.get(None, []), key=lambda s: (s.request_id, s.seq_id)):
+        visit(root)
+    return out
+
+
+def beam_tree_figure(snapshot, history=()) -> go.Figure:
+    is_beam = any(s.is_beam for s in snapshot.sequences)
+    title = ("Beam tree (vLLM v0 beam search semantics)" if is_beam else "Sequence tree (forks)") \
+        + f" — step {snapshot.step}"
+    seqs = tree_order(snapshot.sequences)
+    if not seqs:
+        return empty(title, "no sequences yet")
+    ends = end_steps(history, snapshot.step)
+    row = {s.seq_id: i for i, s in enumerate(seqs)}
+    fig = go.Figure()
+    shown = set()
+    for s in seqs:
+        color, dash, symbol = STATUS_STYLE.get(s.status, ("#777777", "solid", "circle"))
+        start = s.born_step
+        end = ends.get(s.seq_id, snapshot.step)
+        end = max(end, start)
+        y = row[s.seq_id]
+        if s.parent_seq_id in row:           # fork edge from the parent's line
+            fig.add_trace(go.Scatter(x=[max(start - 1, 0), start], y=[row[s.parent_seq_id], y],
+                                     mode="lines", line=dict(color="#999999", width=2),
+                                     hoverinfo="skip", showlegend=False, name="fork"))
+        tail = s.text[-24:].replace("\n", "↵") if s.text else ""
+        hover = (f"seq {s.seq_id} (req {s.request_id}) · {s.status}"
+                 + (f" ({s.finish_reason})" if s.finish_reason else "")
+                 + f"<br>born step {start}, parent {s.parent_seq_id}"
+                 + f"<br>cumulative logprob {s.cumulative_logprob:.2f}<br>…{tail}")
+        fig.add_trace(go.Scatter(
+            x=[start, end], y=[y, y], mode="lines+markers", name=s.status,
+            legendgroup=s.status, showlegend=s.status not in shown,
+            line=dict(color=color, dash=dash, width=4),
+            marker=dict(symbol=["circle", symbol], size=[7, 15], color=color),
+            hovertext=[hover, hover], hoverinfo="text"))
+        shown.add(s.status)
+        fig.add_annotation(x=end, y=y, text=f"seq {s.seq_id}: {tail!r}" if tail else f"seq {s.seq_id}",
+                           showarrow=False, xanchor="left", xshift=12, font=dict(size=12),
+                           name="seq-label")
+    last = max(max(ends.values(), default=0), snapshot.step)
+    fig.update_xaxes(title="step", range=[-0.5, last + 0.5 + max(3, 0.35 * (last + 1))])
+    fig.update_yaxes(visible=False, autorange="reversed")
+    return style(fig, title, height=170 + 30 * len(seqs), legend_y=-0.18)

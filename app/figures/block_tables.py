@@ -1,0 +1,61 @@
+"""Block tables: each live sequence's logical blocks (columns) -> the physical block they map to.
+
+A cell reads ``P7 ×3`` when physical block 7 is referenced by 3 tables (shared); the colour is
+the physical block's state, as in the pool grid. Swapped sequences point into the CPU pool (C3).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from app.figures.common import (STATE_COLORS, STATE_LABELS, block_label, discrete_colorscale,
+                                empty, legend_swatch, show_token, style, token_strings)
+
+STATES = ("used", "shared", "swapped", "cached")
+_CODE = {s: i for i, s in enumerate(STATES)}
+LIVE = ("running", "waiting", "swapped")
+
+
+def table_rows(snapshot):
+    """The sequences drawn: live ones, plus any other that still holds blocks."""
+    return [s for s in snapshot.sequences if s.status in LIVE or s.block_table]
+
+
+def block_table_figure(snapshot, decode=None) -> go.Figure:
+    title = f"Block tables — step {snapshot.step}"
+    seqs = table_rows(snapshot)
+    if not seqs:
+        return empty(title, "no live sequences (all finished, or nothing queued)")
+    gpu = {b.block_id: b for b in snapshot.blocks}
+    cpu = {b.block_id: b for b in snapshot.cpu_blocks}
+    width = max(1, max(len(s.block_table) for s in seqs))
+    z, text, hover, ylabels = [], [], [], []
+    for s in seqs:
+        zrow, trow, hrow = [None] * width, [""] * width, [""] * width
+        for logical, phys in enumerate(s.block_table):
+            block = (cpu if s.device == "cpu" else gpu).get(phys)
+            rc = block.ref_count if block else 0
+            state = "swapped" if s.device == "cpu" else ("shared" if rc > 1 else "used")
+            label = block_label(phys, s.device)
+            zrow[logical] = _CODE[state] + 0.5
+            trow[logical] = f"<b>{label}</b>" + (f" ×{rc}" if rc > 1 else "")
+            lines = [f"seq {s.seq_id}, logical block {logical} → <b>{label}</b>",
+                     f"refcount {rc}" + (f" · filled {block.filled}/{snapshot.block_size}" if block else "")]
+            toks = s.token_ids[logical * snapshot.block_size:(logical + 1) * snapshot.block_size]
+            lines.append("tokens: " + " | ".join(show_token(t) for t in token_strings(toks, decode)))
+            hrow[logical] = "<br>".join(lines)
+        z.append(zrow)
+        text.append(trow)
+        hover.append(hrow)
+        ylabels.append(f"seq {s.seq_id} · req {s.request_id} · {s.status}")
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[f"L{i}" for i in range(width)], y=ylabels, text=text, texttemplate="%{text}",
+        textfont=dict(size=13), customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+        xgap=3, ygap=3, zmin=0, zmax=len(STATES), showscale=False,
+        colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES])))
+    for s in ("used", "shared") + (("swapped",) if any(q.device == "cpu" for q in seqs) else ()):
+        legend_swatch(fig, STATE_LABELS[s], STATE_COLORS[s])
+    fig.update_yaxes(autorange="reversed", showgrid=False)
+    fig.update_xaxes(side="top", showgrid=False, title=None)
+    fig = style(fig, title, height=160 + 44 * len(seqs))
+    fig.update_layout(margin=dict(t=80))
+    return fig

@@ -1,0 +1,132 @@
+"""The physical block pool: one cell per block, coloured by state, refcount written on the cell.
+
+Device (GPU) blocks come first; the CPU swap pool, if any, is drawn below it. This step's
+copy-on-write copies are arrows src -> dst; this step's swaps are arrows between the pools.
+Hover a cell for its fill, owners, hash and the tokens it holds.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from app.figures.common import (COW_COLOR, STATE_COLORS, STATE_LABELS, SWAP_COLOR, block_label,
+                                discrete_colorscale, empty, legend_swatch, show_token, style,
+                                token_strings)
+
+STATES = ("free", "used", "shared", "cached", "swapped")
+_CODE = {s: i for i, s in enumerate(STATES)}
+
+
+def columns_for(num_blocks: int) -> int:
+    return 8 if num_blocks <= 48 else 12 if num_blocks <= 144 else 16
+
+
+def cell_state(block) -> str:
+    if block.device == "cpu":
+        return "swapped" if block.ref_count > 0 else "free"
+    return block.state
+
+
+def cell_text(block, block_size: int) -> str:
+    label = block_label(block.block_id, block.device)
+    if block.ref_count == 0 and block.state != "cached":
+        return label
+    return f"<b>{label}</b><br>rc {block.ref_count}<br>{block.filled}/{block_size}"
+
+
+def cell_hover(block, block_size: int, decode=None) -> str:
+    lines = [f"<b>{block_label(block.block_id, block.device)}</b> ({cell_state(block)})",
+             f"refcount {block.ref_count} · filled {block.filled}/{block_size} slots"]
+    if block.seq_ids:
+        lines.append("table of seq " + ", ".join(map(str, block.seq_ids)))
+    if block.block_hash:
+        lines.append(f"hash {block.block_hash[:12]}")
+    if block.token_ids:
+        toks = token_strings(block.token_ids, decode)
+        lines.append("tokens: " + " | ".join(show_token(t) for t in toks))
+    return "<br>".join(lines)
+
+
+def _position(i: int, cols: int, row0: int = 0) -> tuple[int, int]:
+    return i % cols, row0 + i // cols
+
+
+def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
+    title = f"Physical block pool — step {snapshot.step}"
+    if not snapshot.blocks:
+        return empty(title, "this snapshot holds no per-block detail")
+    bs = snapshot.block_size
+    cols = columns_for(len(snapshot.blocks))
+    gpu_rows = -(-len(snapshot.blocks) // cols)
+    cpu_row0 = gpu_rows + 1                         # one empty row between the pools
+    fig = go.Figure()
+    where: dict[tuple[str, int], tuple[int, int]] = {}
+    for device, blocks, row0 in (("gpu", snapshot.blocks, 0), ("cpu", snapshot.cpu_blocks, cpu_row0)):
+        if not blocks:
+            continue
+        rows = -(-len(blocks) // cols)
+        z = [[None] * cols for _ in range(rows)]
+        text = [[""] * cols for _ in range(rows)]
+        hover = [[""] * cols for _ in range(rows)]
+        for i, b in enumerate(blocks):
+            x, y = _position(i, cols)
+            z[y][x] = _CODE[cell_state(b)] + 0.5
+            text[y][x] = cell_text(b, bs)
+            hover[y][x] = cell_hover(b, bs, decode)
+            where[(device, b.block_id)] = (x, row0 + y)
+        fig.add_trace(go.Heatmap(
+            z=z, x=list(range(cols)), y=list(range(row0, row0 + rows)), text=text,
+            texttemplate="%{text}", textfont=dict(size=12), customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3, zmin=0,
+            zmax=len(STATES), colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES]),
+            showscale=False, name="GPU pool" if device == "gpu" else "CPU pool"))
+    for s in STATES:
+        if s != "swapped" or snapshot.cpu_blocks:
+            legend_swatch(fig, STATE_LABELS[s], STATE_COLORS[s])
+    if show_moves:
+        for e in snapshot.events:
+            if e.kind == "cow":
+                _arrow(fig, where.get(("gpu", e.src)), where.get(("gpu", e.dst)), COW_COLOR, "cow")
+            elif e.kind in ("swap_out", "swap_in"):
+                src_dev, dst_dev = ("gpu", "cpu") if e.kind == "swap_out" else ("cpu", "gpu")
+                for src, dst in e.mapping:
+                    _arrow(fig, where.get((src_dev, src)), where.get((dst_dev, dst)), SWAP_COLOR,
+                           "swap")
+        if any(e.kind == "cow" for e in snapshot.events):
+            legend_swatch(fig, "copy-on-write src → dst", COW_COLOR, "arrow-right")
+    cpu_rows = -(-len(snapshot.cpu_blocks) // cols)
+    ticks = list(range(gpu_rows)) + [cpu_row0 + r for r in range(cpu_rows)]
+    labels = [f"GPU {r * cols}" for r in range(gpu_rows)] + [f"CPU {r * cols}" for r in range(cpu_rows)]
+    total_rows = gpu_rows + (1 + cpu_rows if cpu_rows else 0)
+    fig.update_yaxes(range=[total_rows - 0.5, -1.1], tickmode="array", tickvals=ticks,
+                     ticktext=labels, showgrid=False, zeroline=False)
+    fig.update_xaxes(visible=False, range=[-0.5, cols - 0.5])
+    st = snapshot.stats
+    subtitle = (f"{st.total_blocks} blocks × {bs} slots · {st.used_blocks} used · "
+                f"{st.shared_blocks} shared · {st.free_blocks} free")
+    return style(fig, f"{title}<br><sup>{subtitle}</sup>", height=130 + 62 * total_rows)
+
+
+def _arrow(fig: go.Figure, src, dst, color: str, name: str) -> None:
+    """A curved arrow from cell ``src`` to cell ``dst``: within a row it arcs above the cells it
+    passes (copies along one row stay readable); between rows it leaves the facing edges.
+    ``name`` tags it ("cow" / "swap") for tests."""
+    if src is None or dst is None:
+        return
+    (x0, y0), (x1, y1) = src, dst
+    if y0 == y1:
+        y0, y1 = y0 - 0.42, y1 - 0.42
+        cx, cy = (x0 + x1) / 2, y0 - 0.35 - 0.12 * min(abs(x1 - x0), 6)
+    else:
+        down = 0.42 if y1 > y0 else -0.42
+        y0, y1 = y0 + down, y1 - down
+        cx, cy = (x0 + x1) / 2 + 0.35, (y0 + y1) / 2
+    fig.add_shape(type="path", path=f"M {x0},{y0} Q {cx},{cy} {x1},{y1}", xref="x", yref="y",
+                  line=dict(color=color, width=3), name=name, layer="above")
+    fig.add_annotation(x=x1, y=y1, ax=x1 + (cx - x1) * 0.3, ay=y1 + (cy - y1) * 0.3,
+                       xref="x", yref="y", axref="x", ayref="y", showarrow=True, arrowhead=2,
+                       arrowsize=1.4, arrowwidth=3, arrowcolor=color, text="", name=name)
+
+
+def arrow_count(fig: go.Figure, name: str = "cow") -> int:
+    """How many arrows of a kind the figure draws ("cow" or "swap")."""
+    return sum(1 for sh in fig.layout.shapes if sh.name == name)

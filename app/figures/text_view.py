@@ -1,0 +1,49 @@
+"""Generated text per sequence with block boundaries marked (HTML, rendered by st.markdown).
+
+Tokens are grouped by logical block; each group sits on its own tinted band labelled with the
+physical block it lives in. Prompt tokens are grey, generated tokens dark. Without a decode
+function the token ids are shown.
+"""
+from __future__ import annotations
+
+import html
+
+from app.figures.common import block_label, token_strings
+
+_BANDS = ("#E3F0FA", "#FDF1D8")          # alternating tints (light sky / light orange)
+
+
+def text_html(snapshot, decode=None, include_done: bool = True) -> str:
+    seqs = [s for s in snapshot.sequences if include_done or s.status in ("running", "waiting", "swapped")]
+    if not seqs:
+        return "<p><i>No sequences yet.</i></p>"
+    bs = snapshot.block_size
+    parts = []
+    for s in seqs:
+        toks = token_strings(s.token_ids, decode)
+        head = (f"<b>seq {s.seq_id}</b> · req {s.request_id} · {s.status}"
+                + (f" ({html.escape(s.finish_reason)})" if s.finish_reason else "")
+                + f" · {len(toks)} tokens ({s.prompt_len} prompt)")
+        groups = []
+        for logical in range(0, max(1, -(-len(toks) // bs))):
+            chunk = toks[logical * bs:(logical + 1) * bs]
+            if not chunk:
+                break
+            in_table = logical < len(s.block_table)
+            # a just-sampled token has no slot yet: its K/V is written on the next step
+            phys = block_label(s.block_table[logical], s.device) if in_table else "next step"
+            spans = []
+            for j, t in enumerate(chunk):
+                pos = logical * bs + j
+                color = "#777" if pos < s.prompt_len else "#000"
+                sep = "border-right:1px dotted #9aa;" if j < len(chunk) - 1 else ""
+                spans.append(f'<span style="color:{color};{sep}">{html.escape(t).replace(chr(10), "↵")}</span>')
+            band = (f"background:{_BANDS[logical % 2]};border-left:3px solid #0072B2" if in_table
+                    else "border:1px dashed #0072B2")
+            groups.append(
+                f'<span class="{"blk" if in_table else "pending"}" style="{band};padding:1px 3px;'
+                f'margin-right:2px;white-space:pre-wrap">'
+                f'<sup style="color:#0072B2;font-weight:bold">{phys}</sup>{"".join(spans)}</span>')
+        parts.append(f'<div class="seqtext" style="margin:6px 0;line-height:1.9;font-size:16px">'
+                     f'{head}<br>{"".join(groups)}</div>')
+    return "\n".join(parts)

@@ -1,0 +1,121 @@
+"""One short plain-language paragraph per step, built only from the step's events.
+
+``previous`` (the snapshot before the step) is used only to say what a block's refcount was
+when a copy-on-write happened; ``decode`` (token ids -> strings) only to quote sampled tokens.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from app.figures.common import block_label
+
+
+def _blocks(ids, device: str = "gpu") -> str:
+    ids = list(ids)
+    if len(ids) > 6:
+        return ", ".join(block_label(b, device) for b in ids[:5]) + f" … ({len(ids)} blocks)"
+    return ", ".join(block_label(b, device) for b in ids)
+
+
+def _seqs(ids) -> str:
+    ids = sorted(set(ids))
+    return ("seq " if len(ids) == 1 else "seqs ") + ", ".join(map(str, ids))
+
+
+def narrate(snapshot, previous=None, decode=None) -> str:
+    events = list(snapshot.events)
+    if snapshot.kind == "init":
+        return ("Nothing has run yet: the requests are queued and every block of the pool is "
+                "free. Press Step.")
+    if not events:
+        return f"Step {snapshot.step} ({snapshot.kind}): nothing to run — no memory changed."
+    by = defaultdict(list)
+    for e in events:
+        by[e.kind].append(e)
+    out = []
+    if by["preempt"]:
+        for e in by["preempt"]:
+            out.append(f"The pool ran dry: seq {e.seq_id} was preempted ({e.mode}"
+                       + (": its blocks were freed and its prompt will be computed again later)."
+                          if e.mode == "recompute" else ": its blocks move to the CPU pool)."))
+    for e in by["swap_out"]:
+        out.append(f"seq {e.seq_id} swapped out: "
+                   + ", ".join(f"{block_label(s)}→{block_label(d, 'cpu')}" for s, d in e.mapping[:4])
+                   + (" …" if len(e.mapping) > 4 else "."))
+    for e in by["swap_in"]:
+        out.append(f"seq {e.seq_id} swapped back in: "
+                   + ", ".join(f"{block_label(s, 'cpu')}→{block_label(d)}" for s, d in e.mapping[:4])
+                   + (" …" if len(e.mapping) > 4 else "."))
+    if by["prefill"]:
+        ranges = "; ".join(f"seq {e.seq_id} tokens {e.start}–{e.end - 1}" for e in by["prefill"][:4])
+        more = f" (+{len(by['prefill']) - 4} more)" if len(by["prefill"]) > 4 else ""
+        out.append(f"Prefill computed K/V for {ranges}{more}.")
+    if by["prefix_hit"]:
+        hits = defaultdict(list)
+        for e in by["prefix_hit"]:
+            hits[e.seq_id].append(e.physical)
+        out.append("Prefix cache hit: " + "; ".join(
+            f"seq {s} reused {_blocks(b)} (not recomputed)" for s, b in hits.items()) + ".")
+    for e in by["evict"]:
+        out.append(f"Cached block {block_label(e.physical)} was evicted (reallocated).")
+    cow_dst = {e.dst for e in by["cow"]}
+    if any(e.physical not in cow_dst for e in by["alloc"]):
+        allocs = defaultdict(list)
+        for e in by["alloc"]:
+            if e.physical in cow_dst:       # told below, with the copy
+                continue
+            allocs[e.seq_id].append(e.physical)
+        out.append("New blocks: " + "; ".join(f"seq {s} ← {_blocks(b)}" for s, b in allocs.items()) + ".")
+    if by["fork"]:
+        forks = defaultdict(list)
+        for e in by["fork"]:
+            forks[e.parent_seq_id].append(e)
+        for parent, fs in forks.items():
+            phys = fs[-1].physicals
+            who = "the child shares" if len(fs) == 1 else "the children share"
+            out.append(f"seq {parent} forked into {_seqs(f.child_seq_id for f in fs)}: "
+                       f"{who} its blocks {_blocks(phys)} (refcount +{len(fs)} each); "
+                       "no K/V was copied.")
+    if by["cow"]:
+        rc = {b.block_id: b.ref_count for b in previous.blocks} if previous else {}
+        parts = []
+        for e in by["cow"]:
+            before = rc.get(e.src)
+            parts.append(f"seq {e.seq_id} wrote into shared block {block_label(e.src)}"
+                         + (f" (refcount {before})" if before else "")
+                         + f" → copied to {block_label(e.dst)}")
+            if before:
+                rc[e.src] = before - 1
+        out.append("Copy-on-write: " + "; ".join(parts) + ".")
+        copied = {e.src for e in by["cow"]}
+        inplace = [e for e in by["append"] if e.physical in copied]
+        for e in inplace:
+            out.append(f"seq {e.seq_id}, the last sharer of {block_label(e.physical)}, wrote in place.")
+    if by["append"] and not by["cow"]:
+        who = {e.seq_id for e in by["append"]}
+        out.append(f"{_seqs(who).capitalize()} wrote one token's K/V"
+                   + (" each into the last block of their tables." if len(who) > 1 else
+                      f" into slot {by['append'][0].slot % snapshot.block_size} of "
+                      f"{block_label(by['append'][0].physical)}."))
+    if by["sample"]:
+        if decode and len(by["sample"]) <= 6:
+            toks = decode([e.token_id for e in by["sample"]])
+            out.append("Sampled: " + ", ".join(f"seq {e.seq_id} {t!r}" for e, t in zip(by["sample"], toks)) + ".")
+        else:
+            out.append(f"Sampled {len(by['sample'])} new token(s).")
+    if by["beam_prune"]:
+        out.append(f"Pruned beam {_seqs(e.seq_id for e in by['beam_prune'])[4:]}: lower score than the "
+                   "kept candidates; its blocks were released.")
+    if by["finish"]:
+        reasons = defaultdict(list)
+        for e in by["finish"]:
+            reasons[e.reason].append(e.seq_id)
+        out.append("Finished: " + "; ".join(f"{_seqs(ids)} ({r})" for r, ids in reasons.items()) + ".")
+    if by["free"]:
+        frees = by["free"]
+        cached = [e.physical for e in frees if e.cached]
+        out.append(f"{len(frees)} block(s) reached refcount 0 and returned to the free list"
+                   + (f" ({len(cached)} keep their content in the prefix cache)" if cached else "")
+                   + (": " + ", ".join(block_label(e.physical, e.device) for e in frees)
+                      if len(frees) <= 6 else "") + ".")
+    return f"Step {snapshot.step} ({snapshot.kind}): " + " ".join(out)

@@ -1,0 +1,91 @@
+"""Scenario presets, as plain data: each one makes its point within ~20 steps.
+
+A preset is a complete ``Settings`` (everything the sidebar can edit). Small blocks (4 or 8
+tokens) and small pools keep every block visible on one screen.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the sidebar edits; ``app.state.build_engine`` turns it into an Engine."""
+    scenario: str = "single"
+    model: str = "default"
+    prompts: str = "ROMEO:"          # one prompt per line (one request each)
+    n: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 16
+    beam_width: int = 1
+    length_penalty: float = 1.0
+    seed: int = 0
+    ignore_eos: bool = True          # presets run to max_tokens so their point always shows
+    block_size: int = 8
+    num_gpu_blocks: int = 32
+    num_cpu_blocks: int = 0
+    preemption_mode: str = "recompute"
+    enable_prefix_caching: bool = False
+
+    def replace(self, **changes) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    label: str
+    point: str                       # what to watch, one sentence
+    settings: Settings
+
+
+_JULIET = "ROMEO: But soft, what light through yonder window breaks? It is the east,"
+_PREFIX = "First Citizen: Before we proceed any further, hear me speak. All: Speak, speak."
+
+SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
+    Scenario("single", "Single sequence",
+             "One sequence grows token by token: a new block is allocated only when the last one "
+             "is full, so at most one block is partly empty.",
+             Settings("single", prompts="ROMEO: But soft, what light", max_tokens=20,
+                      block_size=4, num_gpu_blocks=16)),
+    Scenario("parallel", "Parallel sampling (n=4)",
+             "After the prefill the 4 samples share every prompt block (refcount 4). On the first "
+             "decode step each writes into the shared, partly filled last block: copy-on-write "
+             "gives three of them a private copy; the full blocks stay shared.",
+             Settings("parallel", prompts=_JULIET, n=4, temperature=0.8, max_tokens=16,
+                      block_size=8, num_gpu_blocks=32)),
+    Scenario("beam", "Beam search (width 3, vLLM v0 semantics)",
+             "Each step keeps the 3 best candidates: a surviving beam forks (sharing all blocks of "
+             "its parent), a pruned beam frees its blocks, and a fork that writes into a shared "
+             "block triggers copy-on-write.",
+             Settings("beam", prompts="To be, or not to be, that is the", beam_width=3,
+                      max_tokens=16, ignore_eos=False, block_size=4, num_gpu_blocks=48)),
+    Scenario("prefix", "Shared prefix (prefix caching)",
+             "Three requests start with the same 20+ tokens: the full blocks of the common prefix "
+             "are computed once and found by hash (prefix_hit) by the others, so they are shared.",
+             Settings("prefix", prompts="\n".join(f"{_PREFIX} {w}" for w in
+                                                  ("First", "Second", "Citizen")),
+                      max_tokens=12, block_size=4, num_gpu_blocks=48,
+                      enable_prefix_caching=True)),
+    Scenario("mixed", "Mixed workload (preemption)",
+             "Five requests compete for a pool that cannot hold them all at full length: when it "
+             "runs dry the newest sequence is preempted (recompute: blocks freed, prefill again "
+             "later; swap: blocks moved to the CPU pool and back).",
+             Settings("mixed", prompts="\n".join((
+                 "ROMEO: My lord, I come", "JULIET: Good night, good night! Parting is",
+                 "HAMLET: To be, or not to be", "MACBETH: Tomorrow, and tomorrow, and",
+                 "KING LEAR: Blow, winds, and crack")),
+                      temperature=0.8, max_tokens=24, block_size=4, num_gpu_blocks=24,
+                      num_cpu_blocks=24, preemption_mode="recompute")),
+)}
+
+DEFAULT_SCENARIO = "single"
+
+
+def preset(key: str, model: str | None = None) -> Settings:
+    """The scenario's settings (with ``model`` substituted if given)."""
+    s = SCENARIOS[key].settings
+    return s.replace(model=model) if model else s

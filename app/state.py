@@ -1,0 +1,203 @@
+"""One browser session's lab: its own Engine (KV pool + history) or a loaded trace.
+
+Nothing here imports Streamlit, so it is tested directly. Engines are replaced only after the new
+settings were fully validated: a bad setting raises ValueError and the old engine stays.
+Model weights are shared: ``engine.models.loader.load_model`` caches them per process, so every
+session's Engine reuses one read-only copy and owns only its (small) KV pool.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
+
+from app.scenarios import DEFAULT_SCENARIO, SCENARIOS, Settings, preset
+
+MAX_HISTORY = 400        # snapshots kept per session (bounded memory); older steps are dropped
+MAX_PROMPTS = 12
+MAX_POOL_BLOCKS = 1024   # keeps one session's KV pool small
+_build_lock = threading.Lock()   # first load of a model happens once, even with many sessions
+
+
+def initial_model() -> str:
+    return os.environ.get("PAGED_LAB_MODEL", "").strip() or "default"
+
+
+def parse_prompts(text: str) -> list[str]:
+    prompts = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError("the prompt is empty: type at least one prompt (one per line)")
+    if len(prompts) > MAX_PROMPTS:
+        raise ValueError(f"{len(prompts)} prompts: at most {MAX_PROMPTS} (one per line)")
+    return prompts
+
+
+def make_config(s: Settings) -> EngineConfig:
+    if s.num_gpu_blocks > MAX_POOL_BLOCKS or s.num_cpu_blocks > MAX_POOL_BLOCKS:
+        raise ValueError(f"pool sizes are limited to {MAX_POOL_BLOCKS} blocks in the lab")
+    return EngineConfig(model=s.model.strip() or "default", block_size=s.block_size,
+                        num_gpu_blocks=s.num_gpu_blocks, num_cpu_blocks=s.num_cpu_blocks,
+                        preemption_mode=s.preemption_mode,
+                        enable_prefix_caching=s.enable_prefix_caching, seed=s.seed,
+                        max_history=MAX_HISTORY)
+
+
+def make_params(s: Settings) -> SamplingParams:
+    return SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                          max_tokens=s.max_tokens, beam_width=s.beam_width,
+                          length_penalty=s.length_penalty, ignore_eos=s.ignore_eos)
+
+
+def build_engine(s: Settings) -> Engine:
+    """A fresh engine with the settings' requests queued; ValueError names the first problem."""
+    config = make_config(s)          # cheap checks first: nothing is loaded if these fail
+    params = make_params(s)
+    prompts = parse_prompts(s.prompts)
+    with _build_lock:
+        engine = Engine(config)
+    for i, p in enumerate(prompts):
+        try:
+            engine.check_request(p, params)
+        except ValueError as exc:
+            raise ValueError(f"prompt {i + 1}: {exc}" if len(prompts) > 1 else str(exc)) from None
+    for p in prompts:
+        engine.add_request(p, params)
+    return engine
+
+
+@dataclass
+class Lab:
+    """A session's state: live engine or replayed trace, which step is shown, play mode."""
+    settings: Settings
+    engine: Engine | None = None
+    trace: list[StepSnapshot] | None = None     # a loaded trace replaces the engine's history
+    trace_name: str = ""
+    view: int | None = None                     # index into snapshots(); None = the latest
+    playing: bool = False
+    last_tick: float = 0.0
+    error: str | None = None
+    _token_text: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, scenario: str = DEFAULT_SCENARIO, model: str | None = None) -> "Lab":
+        """A lab with the scenario's engine, or (if that fails) no engine and the error."""
+        lab = cls(preset(scenario, model or initial_model()))
+        try:
+            lab.engine = build_engine(lab.settings)
+        except Exception as exc:       # the page must still open (e.g. default model missing)
+            lab.error = _message(exc)
+        return lab
+
+    # ---- changing what runs --------------------------------------------------------------
+    def apply(self, settings: Settings) -> bool:
+        """Rebuild from ``settings``; on failure keep everything and set ``error``."""
+        try:
+            engine = build_engine(settings)
+        except Exception as exc:
+            self.error = _message(exc)
+            return False
+        self.settings, self.engine = settings, engine
+        self.trace, self.trace_name, self.view, self.playing = None, "", None, False
+        self.error = None
+        self._token_text = {}
+        return True
+
+    def load_trace(self, snapshots: list[StepSnapshot], name: str) -> None:
+        self.trace, self.trace_name, self.view, self.playing = snapshots, name, 0, False
+        self.error = None
+
+    def close_trace(self) -> None:
+        self.trace, self.trace_name, self.view, self.playing = None, "", None, False
+
+    # ---- what is shown -------------------------------------------------------------------
+    @property
+    def replaying(self) -> bool:
+        return self.trace is not None
+
+    def snapshots(self) -> list[StepSnapshot]:
+        if self.trace is not None:
+            return self.trace
+        return list(self.engine.history) if self.engine is not None else []
+
+    def index(self) -> int:
+        n = len(self.snapshots())
+        return n - 1 if self.view is None else max(0, min(self.view, n - 1))
+
+    def current(self) -> StepSnapshot | None:
+        snaps = self.snapshots()
+        return snaps[self.index()] if snaps else None
+
+    def previous(self) -> StepSnapshot | None:
+        i = self.index()
+        return self.snapshots()[i - 1] if i > 0 else None
+
+    def show(self, index: int | None) -> None:
+        n = len(self.snapshots())
+        self.view = None if index is None or (index >= n - 1 and not self.replaying) \
+            else max(0, min(index, n - 1))
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more to step (engine done, or the replay is at its last snapshot)."""
+        if self.replaying:
+            return self.index() >= len(self.trace) - 1
+        return self.engine is None or not self.engine.has_unfinished_requests()
+
+    # ---- stepping ------------------------------------------------------------------------
+    def step(self) -> bool:
+        """One engine step (or one replay snapshot forward); False if there was nothing to do."""
+        if self.replaying:
+            if self.finished:
+                return False
+            self.view = self.index() + 1
+            return True
+        if self.finished:
+            return False
+        self.engine.step()
+        self.view = None                 # stepping always shows the newest state
+        return True
+
+    def back(self) -> None:
+        self.view = max(0, self.index() - 1)
+
+    def tick(self, interval_s: float) -> bool:
+        """Auto-step for Play: at most one step per interval; stops playing when finished."""
+        if not self.playing:
+            return False
+        now = time.monotonic()
+        if now - self.last_tick < 0.8 * interval_s:
+            return False
+        self.last_tick = now
+        stepped = self.step()
+        if self.finished:
+            self.playing = False
+        return stepped
+
+    # ---- text ----------------------------------------------------------------------------
+    @property
+    def decode(self):
+        """Per-token text for the shown snapshots (None when replaying another model's trace)."""
+        eng = self.engine
+        if eng is None or eng.tokenizer is None:
+            return None
+        if self.replaying and self.trace and self.trace[0].model != eng.config.model:
+            return None
+
+        def decode(ids):
+            missing = [t for t in ids if t not in self._token_text]
+            if missing:
+                self._token_text.update(zip(missing, eng.decode_tokens(missing)))
+            return [self._token_text[t] for t in ids]
+        return decode
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, ValueError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+__all__ = ["Lab", "Settings", "SCENARIOS", "build_engine", "initial_model", "parse_prompts"]

@@ -1,0 +1,352 @@
+"""PagedAttention Lab — the page (`streamlit run app`).
+
+Layout only: the session's engine lives in app.state.Lab, presets in app.scenarios, every figure
+is a pure function in app.figures.*, the narration in app.narration, traces in app.trace_io.
+The page draws only from snapshots, their events and public Engine methods.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:          # `streamlit run app` puts only app/ on the path
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pandas as pd  # noqa: E402
+import streamlit as st  # noqa: E402
+
+from app.figures.beam_tree import beam_tree_figure  # noqa: E402
+from app.figures.block_tables import block_table_figure  # noqa: E402
+from app.figures.cow import cow_figure, cow_rows  # noqa: E402
+from app.figures.metrics import metrics  # noqa: E402
+from app.figures.pool_grid import pool_figure  # noqa: E402
+from app.figures.text_view import text_html  # noqa: E402
+from app.figures.timeline import timeline_figure  # noqa: E402
+from app.figures.waste import waste_figure  # noqa: E402
+from app.narration import narrate  # noqa: E402
+from app.scenarios import DEFAULT_SCENARIO, SCENARIOS, Settings, preset  # noqa: E402
+from app.state import Lab  # noqa: E402
+from app.trace_io import load_trace, metrics_csv, trace_json  # noqa: E402
+
+PLAY_INTERVAL_S = 1.0
+FIELDS = [f.name for f in fields(Settings) if f.name != "scenario"]
+CHART = {"displayModeBar": False, "displaylogo": False}
+TABS = ["Memory", "Text", "Events", "Tree", "Waste", "Export"]
+CSS = """<style>
+[data-testid="stMainBlockContainer"] {padding-top: 2.6rem; padding-bottom: 1rem;}
+[data-testid="stSidebarHeader"] {display: none;}
+[data-testid="stMetricValue"] {font-size: 1.45rem;}
+[data-testid="stMetricLabel"] p {font-size: 0.95rem;}
+h3 {padding-top: 0.2rem;}
+</style>"""
+
+HOW_TO_READ = {
+    "tables": "Each row is a live sequence; column *Lk* is its k-th logical block (tokens "
+              "k·B … k·B+B−1). The cell names the **physical** block holding them: `P7 ×3` means "
+              "block 7 of the pool, referenced by 3 tables (shared: orange). Blue = owned alone. "
+              "Swapped sequences point into the CPU pool (`C3`, purple). Hover for the tokens.",
+    "pool": "Every physical block of the pool, in id order. Grey = free, blue = used by one "
+            "table, orange = shared (refcount > 1), green = free but still cached for prefix "
+            "reuse, purple = CPU swap pool. A cell shows `rc` (refcount) and fill "
+            "(filled/slots). Red arrows are this step's copy-on-write copies (shared source → "
+            "private copy); purple arrows are swaps. Hover a cell for the tokens it holds.",
+    "cow": "Before a sequence writes into a block that others also reference, the engine gives it "
+           "a new block and copies the K/V there (copy-on-write). Full blocks are never written "
+           "again, so they stay shared; only a partly filled shared block is copied, and the last "
+           "sharer writes in place.",
+    "text": "Each sequence's tokens, grouped by logical block: a band per block, labelled with the "
+            "physical block (P…) that holds its K/V. Grey = prompt, black = generated. "
+            "`·` is a space, `↵` a newline.",
+    "timeline": "One lane per event kind; a dot per step, with the number of events of that kind. "
+                "The shaded band marks the step shown. `append` = a token's K/V written into a "
+                "block slot, `fork` = block table copied (refcounts +1), `cow` = a shared block "
+                "copied before a write, `free` = a block's refcount reached 0.",
+    "tree": "One line per sequence from the step it was born to the step it ended; a grey "
+            "diagonal joins a forked child to its parent. Beam search keeps the best *width* "
+            "candidates each step (vLLM v0 semantics): survivors fork, pruned beams (dashed, ×) "
+            "free their blocks, finished hypotheses end in a star.",
+    "waste": "The same requests replayed on contiguous allocators (vLLM paper, Fig. 2): **Max** "
+             "reserves the model's whole context per sequence, **Pow2** the next power of two ≥ "
+             "prompt+output, **Oracle** exactly prompt+output. Slots are token states (hold a "
+             "token now), reserved (will later), internal fragmentation (never will), external "
+             "fragmentation (free but unusable), free. A request whose reservation does not fit "
+             "waits (right); with Max in a small pool nothing may ever fit (marked *nothing "
+             "fits*: the engine counts such requests as rejected, not waiting). The paged "
+             "pool's only waste is the slack in each sequence's last block.",
+}
+
+
+# ---- session -------------------------------------------------------------------------------
+def _load_widgets(s: Settings) -> None:
+    for name in FIELDS:
+        st.session_state[f"w_{name}"] = getattr(s, name)
+
+
+def get_lab() -> Lab:
+    if "lab" not in st.session_state:
+        lab = Lab.create(DEFAULT_SCENARIO)
+        st.session_state.lab = lab
+        st.session_state.w_scenario = lab.settings.scenario
+        _load_widgets(lab.settings)
+    return st.session_state.lab
+
+
+def _on_scenario() -> None:
+    lab = st.session_state.lab
+    s = preset(st.session_state.w_scenario, lab.settings.model)
+    _load_widgets(s)
+    lab.apply(s)
+
+
+def _settings_from_widgets() -> Settings:
+    ss = st.session_state
+    values = {name: ss[f"w_{name}"] for name in FIELDS}
+    for name in ("n", "top_k", "max_tokens", "beam_width", "seed", "block_size",
+                 "num_gpu_blocks", "num_cpu_blocks"):
+        v = values[name]
+        values[name] = int(v) if isinstance(v, float) and v.is_integer() else v
+    return Settings(scenario=ss.w_scenario, **values)
+
+
+def _on_trace_upload() -> None:
+    lab = st.session_state.lab
+    f = st.session_state.w_trace
+    if f is None:
+        return
+    try:
+        lab.load_trace(load_trace(f.getvalue()), f.name)
+    except ValueError as exc:
+        lab.error = f"could not load {f.name}: {exc}"
+
+
+def _on_history() -> None:
+    lab = st.session_state.lab
+    steps = [s.step for s in lab.snapshots()]
+    chosen = st.session_state.w_hist
+    if chosen in steps:
+        lab.show(steps.index(chosen))
+
+
+# ---- sidebar -------------------------------------------------------------------------------
+def sidebar(lab: Lab) -> None:
+    with st.sidebar:
+        st.title("PagedAttention Lab")
+        st.selectbox("Scenario", list(SCENARIOS), format_func=lambda k: SCENARIOS[k].label,
+                     key="w_scenario", on_change=_on_scenario)
+        st.caption(SCENARIOS[st.session_state.w_scenario].point)
+        with st.form("settings", border=False):
+            st.text_input("Model", key="w_model",
+                          help="'default' (the embedded model), a local Hugging Face folder, or a "
+                               "hub id (needs a network)")
+            st.text_area("Prompts (one request per line)", key="w_prompts", height=110)
+            a, b = st.columns(2)
+            a.number_input("n (samples)", key="w_n", step=1)
+            b.number_input("beam width", key="w_beam_width", step=1,
+                           help="> 1 = beam search (vLLM v0 semantics); needs temperature 0")
+            a.number_input("temperature", key="w_temperature", step=0.1, format="%.2f")
+            b.number_input("max tokens", key="w_max_tokens", step=1)
+            a.number_input("block size", key="w_block_size", step=1,
+                           help="tokens per KV block: a power of two")
+            b.number_input("seed", key="w_seed", step=1)
+            a.number_input("GPU pool (blocks)", key="w_num_gpu_blocks", step=1)
+            b.number_input("CPU pool (blocks)", key="w_num_cpu_blocks", step=1,
+                           help="swap space; 0 disables swapping")
+            st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True)
+            st.checkbox("Prefix caching", key="w_enable_prefix_caching")
+            with st.expander("More sampling settings"):
+                st.number_input("top-p", key="w_top_p", step=0.05, format="%.2f")
+                st.number_input("top-k (-1 = off)", key="w_top_k", step=1)
+                st.number_input("length penalty (beams)", key="w_length_penalty", step=0.1,
+                                format="%.2f")
+                st.checkbox("ignore EOS (always run to max tokens)", key="w_ignore_eos")
+            if st.form_submit_button("Apply & reset", type="primary", width="stretch"):
+                lab.apply(_settings_from_widgets())
+        st.divider()
+        st.file_uploader("Replay a saved trace (.json)", type=["json"], key="w_trace",
+                         on_change=_on_trace_upload)
+        if lab.replaying and st.button("Back to the live engine", width="stretch"):
+            lab.close_trace()
+        st.caption("Weights load once per server and are shared; this browser tab has its own "
+                   "engine, KV pool and history.")
+
+
+# ---- main area -----------------------------------------------------------------------------
+def _on_step() -> None:
+    lab = st.session_state.lab
+    if lab.step():
+        lab.error = None
+
+
+def _on_reset() -> None:
+    lab = st.session_state.lab
+    lab.apply(lab.settings)
+
+
+def _on_back() -> None:
+    st.session_state.lab.back()
+
+
+def _on_latest() -> None:
+    lab = st.session_state.lab
+    lab.show(len(lab.snapshots()) - 1)
+
+
+def controls(lab: Lab) -> None:
+    """Buttons act in callbacks (before the page is drawn, so every button's state is current);
+    Run N steps inline to show its progress bar; Play re-arms the fragment's timer."""
+    c = st.columns([1.1, 1, 0.9, 1.2, 1.2, 1, 1.3])
+    c[0].button("⟲ Reset", width="stretch", disabled=lab.replaying, key="reset_btn",
+                on_click=_on_reset, help="rebuild the engine from the applied settings")
+    c[1].button("Step", type="primary", width="stretch", disabled=lab.finished, key="step_btn",
+                on_click=_on_step)
+    run_n = int(c[2].number_input("N", min_value=1, max_value=200, value=10, key="w_run_n",
+                                  label_visibility="collapsed"))
+    run = c[3].button(f"Run {run_n}", width="stretch", disabled=lab.finished, key="run_btn")
+    play = c[4].button("⏸ Pause" if lab.playing else "▶ Play", width="stretch",
+                       disabled=lab.finished and not lab.playing, key="play_btn")
+    c[5].button("◀ Back", width="stretch", disabled=lab.index() == 0, key="back_btn",
+                on_click=_on_back)
+    c[6].button("Latest ▶▶", width="stretch", key="latest_btn", on_click=_on_latest,
+                disabled=lab.index() >= len(lab.snapshots()) - 1)
+    if run:
+        bar = st.progress(0.0, text=f"running {run_n} steps…")
+        for i in range(run_n):
+            if not lab.step():
+                break
+            bar.progress((i + 1) / run_n, text=f"step {i + 1}/{run_n}")
+        lab.error = None
+        st.rerun(scope="app")            # redraw with the buttons' new state
+    if play:
+        lab.playing = not lab.playing
+        lab.last_tick = 0.0
+        st.rerun(scope="app")            # (re)arms or stops the auto-step timer
+
+
+def history_slider(lab: Lab) -> None:
+    snaps = lab.snapshots()
+    if len(snaps) < 2:
+        st.caption("History: only the initial state so far.")
+        return
+    steps = [s.step for s in snaps]
+    st.session_state.w_hist = steps[lab.index()]
+    st.select_slider("History (step shown)", options=steps, key="w_hist", on_change=_on_history,
+                     label_visibility="collapsed", help="scrub through the stored snapshots")
+
+
+def how_to_read(key: str) -> None:
+    with st.expander("How to read this"):
+        st.markdown(HOW_TO_READ[key])
+
+
+def views(lab: Lab) -> None:
+    snaps = lab.snapshots()
+    snap, prev, decode = lab.current(), lab.previous(), lab.decode
+    st.info(narrate(snap, prev, decode))
+    for col, m in zip(st.columns(6), metrics(snap)):
+        col.metric(m.label, m.value, help=m.help)
+    tabs = dict(zip(TABS, st.tabs(TABS, key="w_tab", on_change="rerun")))
+    with tabs["Memory"]:
+        if tabs["Memory"].open:
+            memory_tab(snap, prev, decode)
+    with tabs["Text"]:
+        if tabs["Text"].open:
+            st.markdown(text_html(snap, decode), unsafe_allow_html=True)
+            how_to_read("text")
+    with tabs["Events"]:
+        if tabs["Events"].open:
+            events_tab(snaps, snap)
+    with tabs["Tree"]:
+        if tabs["Tree"].open:
+            st.plotly_chart(beam_tree_figure(snap, snaps), key="fig_tree", config=CHART)
+            how_to_read("tree")
+    with tabs["Waste"]:
+        if tabs["Waste"].open:
+            st.plotly_chart(waste_figure(snap, snaps), key="fig_waste", config=CHART)
+            how_to_read("waste")
+    with tabs["Export"]:
+        if tabs["Export"].open:
+            export_tab(lab, snaps)
+
+
+def memory_tab(snap, prev, decode) -> None:
+    left, right = st.columns([1, 1], gap="medium")
+    with left:
+        st.plotly_chart(block_table_figure(snap, decode), key="fig_tables", config=CHART)
+        how_to_read("tables")
+        rows = cow_rows(snap, prev)
+        st.markdown(f"**Copy-on-write copies this step: {len(rows)}**")
+        if rows:
+            st.table(pd.DataFrame(rows).set_index("seq"))
+            st.plotly_chart(cow_figure(snap, prev), key="fig_cow", config=CHART)
+        how_to_read("cow")
+    with right:
+        st.plotly_chart(pool_figure(snap, decode), key="fig_pool", config=CHART)
+        how_to_read("pool")
+
+
+def events_tab(snaps, snap) -> None:
+    st.plotly_chart(timeline_figure(snaps, snap.step), key="fig_timeline", config=CHART)
+    how_to_read("timeline")
+    if snap.events:
+        st.markdown(f"**Events of step {snap.step}** (in order)")
+        st.dataframe(pd.DataFrame([{"kind": e.kind, "fields": {k: v for k, v in e.to_dict().items()
+                                                               if k != "kind"}}
+                                   for e in snap.events]).astype(str),
+                     hide_index=True, height=min(400, 38 + 35 * len(snap.events)))
+
+
+def export_tab(lab: Lab, snaps) -> None:
+    name = (lab.trace_name.rsplit(".", 1)[0] if lab.replaying else lab.settings.scenario)
+    st.download_button("Download trace (JSON: events + snapshots)",
+                       data=lambda: trace_json(snaps), file_name=f"paged-lab-{name}.json",
+                       mime="application/json", on_click="ignore")
+    st.download_button("Download metrics (CSV: pool stats + accounting per step)",
+                       data=lambda: metrics_csv(snaps), file_name=f"paged-lab-{name}.csv",
+                       mime="text/csv", on_click="ignore")
+    st.caption(f"{len(snaps)} snapshots kept (steps {snaps[0].step}–{snaps[-1].step}). Load "
+               "a trace back with the sidebar's uploader to replay it without an engine.")
+
+
+@st.fragment(run_every=PLAY_INTERVAL_S if st.session_state.get("lab") and
+             st.session_state.lab.playing else None)
+def main_area() -> None:
+    lab: Lab = st.session_state.lab
+    if lab.engine is None and not lab.replaying:
+        if lab.error:
+            st.error(lab.error)
+        st.info("No engine yet: fix the settings in the sidebar and press **Apply & reset**.")
+        return
+    error_slot = st.empty()              # filled after the controls ran (a Step clears errors)
+    was_playing = lab.playing
+    lab.tick(PLAY_INTERVAL_S)
+    if was_playing and not lab.playing:
+        st.rerun(scope="app")            # finished: drop the timer
+    title = (f"Replay: {lab.trace_name}" if lab.replaying
+             else SCENARIOS[lab.settings.scenario].label)
+    st.subheader(title, anchor=False)
+    controls(lab)
+    if lab.error:
+        error_slot.error(lab.error)
+    snap = lab.current()
+    total = lab.snapshots()[-1].step
+    state = ("finished" if lab.finished and not lab.replaying else
+             "playing" if lab.playing else "paused")
+    info, slider = st.columns([2, 3], vertical_alignment="center")
+    info.caption(f"Step **{snap.step}** of {total} · {snap.kind} · {state} · model "
+                 f"`{snap.model}` · `{snap.backend}` · block size {snap.block_size}")
+    with slider:
+        history_slider(lab)
+    views(lab)
+    st.caption(f"rendered step {snap.step}")
+
+
+st.set_page_config(page_title="PagedAttention Lab", page_icon="🧱", layout="wide",
+                   initial_sidebar_state="expanded")
+st.markdown(CSS, unsafe_allow_html=True)
+_lab = get_lab()
+sidebar(_lab)
+main_area()

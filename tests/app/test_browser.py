@@ -1,0 +1,155 @@
+"""The page in a real browser: `streamlit run app` + headless Chromium (Debian's /usr/bin/chromium
+driven by the `playwright` package). Skipped, with the reason, when either is missing.
+
+`python -m app.screenshots` (re)makes assets/screenshots/<scenario>.png with the same helpers.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from app.scenarios import SCENARIOS
+from app.screenshots import (CHROMIUM, click_step, exceptions_on, free_port, launch, open_lab,
+                             rendered_step, select_scenario, start_server,
+                             stop_server, wait_healthy, wait_rendered)
+
+from .conftest import MODEL, needs_model
+
+try:
+    import playwright.sync_api as pw
+except ImportError:
+    pw = None
+
+_missing = ("the playwright package is not installed (pip install playwright)" if pw is None else
+            f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+            if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)) else None)
+if _missing:
+    print(f"\nbrowser tests skipped: {_missing}")
+pytestmark = [needs_model, pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
+
+RSS_BOUND_BYTES = int(1.5 * 2**30)
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    proc = start_server(port, MODEL, str(log))
+    try:
+        wait_healthy(port, proc)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        stop_server(proc)
+        print("\nserver log tail:\n" + "\n".join(log.read_text().splitlines()[-15:]))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with pw.sync_playwright() as p:
+        ctx = launch(p)
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+def cow_count(page) -> int:
+    text = page.get_by_text("Copy-on-write copies this step:").first.inner_text()
+    return int(text.rsplit(":", 1)[1])
+
+
+def test_parallel_sampling_shows_copy_on_write(server, browser):
+    url, _ = server
+    page = browser.new_page()
+    t0 = time.perf_counter()
+    open_lab(page, url)
+    print(f"\nfirst page ready in {time.perf_counter() - t0:.1f} s")
+    select_scenario(page, SCENARIOS["parallel"].label)
+    latencies, cows = [], 0
+    for _ in range(8):
+        latencies.append(click_step(page))
+        cows = cow_count(page)
+        if cows:
+            break
+    assert cows == 3, "n=4 on a prompt with a partial last block: 3 copies on the first decode"
+    expect = pw.expect
+    expect(page.locator('[data-testid="stTable"] tbody tr')).to_have_count(cows)
+    pool = page.locator(".js-plotly-plot", has=page.locator(".gtitle", has_text="Physical block pool"))
+    expect(pool.locator(".shapelayer path")).to_have_count(cows)       # the src -> dst arrows
+    assert "Copy-on-write:" in page.locator('[data-testid="stAlertContainer"]').first.inner_text()
+    for _ in range(4):                                                   # more samples for the median
+        latencies.append(click_step(page))
+    assert not exceptions_on(page)
+    median = statistics.median(latencies)
+    print(f"Step click -> figures updated: median {median:.2f} s over {len(latencies)} steps "
+          f"({', '.join(f'{x:.2f}' for x in latencies)})")
+    page.close()
+
+
+def test_play_runs_to_the_end_and_stops(server, browser):
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    sidebar = page.locator('section[data-testid="stSidebar"]')
+    sidebar.get_by_label("max tokens", exact=True).fill("3")
+    page.get_by_role("button", name="Apply & reset").click()
+    wait_rendered(page, 0)
+    page.get_by_role("button", name="▶ Play").click()
+    pw.expect(page.get_by_role("button", name="⏸ Pause")).to_be_visible(timeout=20_000)
+    wait_rendered(page, 3, timeout_ms=60_000)                           # 1 step per second
+    pw.expect(page.get_by_role("button", name="▶ Play")).to_be_disabled(timeout=20_000)
+    pw.expect(page.get_by_role("button", name="Step", exact=True)).to_be_disabled()
+    assert "finished" in page.get_by_text("Step 3 of 3", exact=False).first.inner_text()
+    time.sleep(2.5)                                                     # the timer really stopped
+    assert rendered_step(page) == 3 and not exceptions_on(page)
+    page.close()
+
+
+def test_five_sessions_at_once(server, browser):
+    url, proc = server
+    pages = {}
+    rss_before = rss_bytes(proc.pid)
+    for key in SCENARIOS:                               # one browser tab per scenario
+        page = browser.new_page()
+        open_lab(page, url)
+        select_scenario(page, SCENARIOS[key].label)
+        pages[key] = page
+    wanted = {key: i + 1 for i, key in enumerate(SCENARIOS)}   # a different step count each
+    for r in range(max(wanted.values())):               # interleaved: the server steps them together
+        clicked = []
+        for key, page in pages.items():
+            if r < wanted[key]:
+                page.get_by_role("button", name="Step", exact=True).click()
+                clicked.append(key)
+        for key in clicked:
+            wait_rendered(pages[key], r + 1)
+    expect = pw.expect
+    for key, page in pages.items():
+        assert not exceptions_on(page), key
+        expect(page.get_by_role("heading", name=SCENARIOS[key].label)).to_be_visible()
+        for other in SCENARIOS:
+            if other != key:
+                assert page.get_by_role("heading", name=SCENARIOS[other].label).count() == 0
+        assert rendered_step(page) == wanted[key]
+        s = SCENARIOS[key].settings
+        prompts = page.locator('section[data-testid="stSidebar"] textarea').first.input_value()
+        assert prompts == s.prompts
+        expect(page.locator(".gtitle", has_text=f"{s.num_gpu_blocks} blocks × {s.block_size} slots")
+               ).to_have_count(1)
+    rss_after = rss_bytes(proc.pid)
+    print(f"\nserver RSS {rss_before / 2**20:.0f} MiB -> {rss_after / 2**20:.0f} MiB with 5 sessions")
+    assert rss_after - rss_before < RSS_BOUND_BYTES
+    for page in pages.values():
+        page.close()
