@@ -109,7 +109,7 @@ class BlockManager:
         reused = len(seq.block_table)
         for i in range(reused, -(-seq.num_tokens // bs)):
             b = self._allocate(seq, i)
-            self.gpu.tokens[b] = seq.token_ids[i * bs:(i + 1) * bs]
+            self.gpu.write(b, seq.token_ids[i * bs:(i + 1) * bs])
             if self.caching and len(self.gpu.tokens[b]) == bs:
                 self.gpu.register(b, seq.block_hashes[i])
         seq.num_computed = reused * bs
@@ -160,7 +160,7 @@ class BlockManager:
             if self.gpu.ref_count[b] > 1:
                 src = b
                 b = self._allocate(seq, logical)
-                self.gpu.tokens[b] = list(self.gpu.tokens[src])
+                self.gpu.write(b, self.gpu.tokens[src])
                 self.pending_copies.append((src, b))
                 self.gpu.decref(src)              # cannot reach 0: another sharer remains
                 self.emit(ev.Cow(seq.seq_id, logical, src, b))
@@ -168,7 +168,7 @@ class BlockManager:
         assert self.gpu.ref_count[b] == 1, f"write into shared block {b}"
         assert len(self.gpu.tokens[b]) == offset, f"block {b} slot {offset} out of order"
         token = seq.token_ids[pos]
-        self.gpu.tokens[b].append(token)
+        self.gpu.write(b, [token])
         self.emit(ev.Append(seq.seq_id, token, logical, b, b * bs + offset))
         if self.caching and offset == bs - 1:
             self._update_hashes(seq)
@@ -217,7 +217,7 @@ class BlockManager:
                     nb, evicted = dst.allocate()
                     if evicted is not None:
                         self.emit(ev.Evict(nb, evicted))
-                    dst.tokens[nb] = list(src.tokens[b])
+                    dst.write(nb, src.tokens[b])
                     mapping[b] = nb
                 table.append(mapping[b])
             self.emit(event(seq.seq_id, tuple((b, mapping[b]) for b in seq.block_table)))

@@ -4,6 +4,8 @@ Invariants (kept by every method here, checked by ``Engine.check_invariants``):
 - ``ref_count[b]`` is the number of block-table entries pointing at ``b``.
 - ``b`` is in ``free_queue`` iff ``ref_count[b] == 0``; so free + used == total.
 - ``tokens[b]`` are the token ids whose K/V block ``b`` holds, in slot order (len = filled slots).
+- ``version[b]`` changes whenever anything about ``b`` changes (refcount, tokens, hash), so a
+  snapshot can reuse the picture of an unchanged block; token writes go through ``write``.
 - ``cached[h] == b`` iff ``block_hash[b] == h``; only full blocks are hashed. A cached block whose
   refcount drops to 0 stays in the map (and keeps its tokens) until it is reallocated: the free
   queue is LRU-ordered, so the least recently released block is evicted first.
@@ -21,6 +23,7 @@ class BlockPool:
         self.ref_count = [0] * num_blocks
         self.tokens: list[list[int]] = [[] for _ in range(num_blocks)]
         self.block_hash: list[str | None] = [None] * num_blocks
+        self.version = [0] * num_blocks
         self.cached: dict[str, int] = {}
         # LRU order: allocate from the front, release to the back.
         self.free_queue: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
@@ -34,6 +37,7 @@ class BlockPool:
         if not self.free_queue:
             raise RuntimeError(f"{self.device} block pool is exhausted")
         b, _ = self.free_queue.popitem(last=False)
+        self.version[b] += 1
         evicted = self.block_hash[b]
         if evicted is not None:
             del self.cached[evicted]
@@ -43,6 +47,7 @@ class BlockPool:
         return b, evicted
 
     def incref(self, b: int) -> None:
+        self.version[b] += 1
         if self.ref_count[b] == 0:          # reviving a cached free block
             del self.free_queue[b]
         self.ref_count[b] += 1
@@ -50,6 +55,7 @@ class BlockPool:
     def decref(self, b: int) -> bool:
         """Drop one reference; True when the block became free."""
         assert self.ref_count[b] > 0, f"block {b} freed twice"
+        self.version[b] += 1
         self.ref_count[b] -= 1
         if self.ref_count[b]:
             return False
@@ -61,8 +67,14 @@ class BlockPool:
     def register(self, b: int, block_hash: str) -> None:
         """Offer a full block to the prefix cache (the first block with a given hash wins)."""
         if block_hash not in self.cached and self.block_hash[b] is None:
+            self.version[b] += 1
             self.cached[block_hash] = b
             self.block_hash[b] = block_hash
+
+    def write(self, b: int, token_ids: list[int]) -> None:
+        """Record the tokens whose K/V this step stores into ``b`` (appended in slot order)."""
+        self.version[b] += 1
+        self.tokens[b].extend(token_ids)
 
     def lookup(self, block_hash: str) -> int | None:
         return self.cached.get(block_hash)

@@ -104,7 +104,8 @@ class Engine:
         # every step's accounting (small; kept beyond max_history) and event totals
         self.accounting_log: list[tuple[int, tuple]] = []
         self.event_counts: Counter[str] = Counter()
-        self._done_states: dict = {}       # snapshot cache of finished sequences
+        self._done_states: dict = {}       # snapshot caches: finished sequences, unchanged
+        self._block_states: dict = {}      # blocks (see BlockPool.version)
         self.history.append(self._snapshot("init", (), 0.0))
 
     # ---- requests ------------------------------------------------------------------------
@@ -405,7 +406,8 @@ class Engine:
                               (len(s.waiting), len(s.running), len(s.swapped)), events, step_time,
                               self.config.model, self.backend_label, self.device,
                               self.runner.bytes_per_block, s.num_running_seqs(), self.num_finished,
-                              baselines, self.detailed_snapshots, self._done_states)
+                              baselines, self.detailed_snapshots, self._done_states,
+                              self._block_states)
         if kind not in ("init", "abort"):
             self.accounting_log.append((snap.step, snap.accounting))
         self.event_counts.update(e.kind for e in events)

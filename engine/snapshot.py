@@ -116,14 +116,23 @@ class StepSnapshot:
         return next(s for s in self.sequences if s.seq_id == seq_id)
 
 
-def _blocks(pool: BlockPool, owners: dict[int, list[int]]) -> tuple[BlockState, ...]:
+def _blocks(pool: BlockPool, owners: dict[int, list[int]], cache: dict) -> tuple[BlockState, ...]:
+    """One BlockState per block; an unchanged block (same version, same owners) is reused."""
     out = []
     for b in range(pool.num_blocks):
+        seq_ids = tuple(owners.get(b, ()))
+        key = (pool.version[b], seq_ids)
+        hit = cache.get((pool.device, b))
+        if hit is not None and hit[0] == key:
+            out.append(hit[1])
+            continue
         rc = pool.ref_count[b]
         h = pool.block_hash[b]
         state = "shared" if rc > 1 else "used" if rc == 1 else "cached" if h else "free"
-        out.append(BlockState(b, pool.device, rc, len(pool.tokens[b]), tuple(owners.get(b, ())),
-                              h, tuple(pool.tokens[b]), state))
+        block = BlockState(b, pool.device, rc, len(pool.tokens[b]), seq_ids, h,
+                           tuple(pool.tokens[b]), state)
+        cache[(pool.device, b)] = (key, block)
+        out.append(block)
     return tuple(out)
 
 
@@ -131,10 +140,12 @@ def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockM
                    queues: tuple[int, int, int], events: tuple[Event, ...], step_time_s: float,
                    model: str, backend: str, device: str, bytes_per_block: int,
                    running_seqs: int, finished: int, baselines: tuple[Accounting, ...],
-                   detailed: bool = True, done_cache: dict | None = None) -> StepSnapshot:
+                   detailed: bool = True, done_cache: dict | None = None,
+                   block_cache: dict | None = None) -> StepSnapshot:
     """``detailed=False`` (large length-only simulations) leaves out sequences and blocks.
     ``done_cache`` (seq_id -> SeqState) lets finished sequences be built once, not every step."""
     done_cache = {} if done_cache is None else done_cache
+    block_cache = {} if block_cache is None else block_cache
     gpu_owners: dict[int, list[int]] = {}
     cpu_owners: dict[int, list[int]] = {}
     seqs = []
@@ -168,6 +179,6 @@ def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockM
         logical_blocks=logical)
     accounting = (paged_accounting(stats, gpu.block_size, running_seqs, finished),) + baselines
     return StepSnapshot(step, kind, model, backend, device, gpu.block_size, tuple(seqs),
-                        _blocks(gpu, gpu_owners) if detailed else (),
-                        _blocks(cpu, cpu_owners) if detailed else (), stats, events,
+                        _blocks(gpu, gpu_owners, block_cache) if detailed else (),
+                        _blocks(cpu, cpu_owners, block_cache) if detailed else (), stats, events,
                         step_time_s, accounting)

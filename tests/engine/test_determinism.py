@@ -35,3 +35,22 @@ def test_snapshots_round_trip_through_json(tiny_llama):
     for d in snaps:
         back = StepSnapshot.from_dict(json.loads(json.dumps(d)))
         assert back.to_dict() == d
+
+
+def test_cached_snapshot_parts_equal_a_fresh_build(tiny_llama):
+    """Snapshots reuse unchanged blocks and finished sequences; they must never go stale."""
+    from engine.snapshot import build_snapshot
+
+    eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=20, seed=3,
+                              preemption_mode="swap", num_cpu_blocks=20,
+                              enable_prefix_caching=True))
+    eng.add_request(list(range(3, 12)), SamplingParams(n=3, temperature=0.9, max_tokens=12,
+                                                       ignore_eos=True))
+    eng.add_request(list(range(3, 10)), SamplingParams(beam_width=2, max_tokens=10))
+    eng.add_request(list(range(30, 34)), SamplingParams(max_tokens=14, ignore_eos=True))
+    while eng.has_unfinished_requests():
+        snap = eng.step().snapshot
+        fresh = build_snapshot(snap.step, snap.kind, list(eng.groups.values()), eng.bm,
+                               (0, 0, 0), (), 0.0, "", "", "cpu", 0, 0, 0, ())
+        assert snap.blocks == fresh.blocks and snap.cpu_blocks == fresh.cpu_blocks
+        assert snap.sequences == fresh.sequences
