@@ -18,7 +18,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from engine.attention_metadata import AttentionMetadata
+from engine.attention_metadata import AttentionMetadata, paged_attention
 from engine.models.spec import ModelSpec
 
 
@@ -66,13 +66,7 @@ class GPT2Attention(nn.Module):
         q = q.reshape(t, self.num_heads, self.head_dim)
         k = k.reshape(t, self.num_heads, self.head_dim)
         v = v.reshape(t, self.num_heads, self.head_dim)
-        ops.store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
-        if meta.is_prefill:
-            o = ops.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
-                                            meta.query_start, meta.context_lens_list, self.scale)
-        else:
-            o = ops.paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
-                                           meta.context_lens, self.scale)
+        o = paged_attention(q, k, v, k_cache, v_cache, meta, ops, self.scale)
         return self.c_proj(o.reshape(t, -1))
 
 

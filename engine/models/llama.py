@@ -9,7 +9,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from engine.attention_metadata import AttentionMetadata
+from engine.attention_metadata import AttentionMetadata, paged_attention
 from engine.models.spec import ModelSpec
 
 
@@ -74,13 +74,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        ops.store_kv(k_cache, v_cache, k, v, meta.slot_mapping)
-        if meta.is_prefill:
-            o = ops.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
-                                            meta.query_start, meta.context_lens_list, self.scale)
-        else:
-            o = ops.paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
-                                           meta.context_lens, self.scale)
+        o = paged_attention(q, k, v, k_cache, v_cache, meta, ops, self.scale)
         return self.o_proj(o.reshape(t, -1))
 
 
