@@ -74,8 +74,8 @@ HOW_TO_READ = {
              "prompt+output, **Oracle** exactly prompt+output. Slots are token states (hold a "
              "token now), reserved (will later), internal fragmentation (never will), external "
              "fragmentation (free but unusable), free. A request whose reservation does not fit "
-             "waits (right); with Max in a small pool nothing may ever fit (marked *nothing "
-             "fits*: the engine counts such requests as rejected, not waiting). The paged "
+             "waits (right); with Max in a small pool a request may never fit (marked *N never "
+             "fit*: counted as rejected, not waiting). The paged "
              "pool's only waste is the slack in each sequence's last block.",
 }
 

@@ -30,15 +30,6 @@ def token_state_share(a) -> float | None:
     return a.token_states / busy if busy else None
 
 
-def never_admits(a, snapshot) -> bool:
-    """A baseline holding nothing while requests are unfinished: every reservation it would make
-    is larger than the whole pool (e.g. Max = the model's full context per sequence)."""
-    requests = {q.request_id for q in snapshot.sequences}
-    busy = a.token_states + a.reserved + a.internal_fragmentation + a.external_fragmentation
-    return bool(requests) and not busy and not a.running and not a.waiting \
-        and a.finished < len(requests)
-
-
 def waste_figure(snapshot, history=()) -> go.Figure:
     title = f"Waste: paged vs contiguous, same requests — step {snapshot.step}"
     if not snapshot.accounting:
@@ -47,7 +38,7 @@ def waste_figure(snapshot, history=()) -> go.Figure:
                         subplot_titles=("KV slots at this step", "token-state share of busy slots",
                                         "requests waiting"))
     names = [ALLOCATOR_LABELS.get(a.allocator, a.allocator)
-             + ("<br><i>nothing fits</i>" if never_admits(a, snapshot) else "")
+             + (f"<br><i>{a.rejected} never fit</i>" if a.rejected else "")
              for a in snapshot.accounting]
     for field, (label, color) in CATEGORIES.items():
         values = [getattr(a, field) for a in snapshot.accounting]

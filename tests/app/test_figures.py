@@ -230,9 +230,10 @@ def test_every_view_builds_for_every_snapshot_and_round_trip(beam_run, swap_run)
             assert text_html(snap) == text_html(again)
 
 
-def test_waste_flags_a_baseline_that_admits_nothing(parallel_run):
+def test_waste_flags_requests_a_baseline_can_never_fit(parallel_run):
     eng, results = parallel_run
     snap = results[-1].snapshot          # Max reserves 256 slots x 4 samples: more than the pool
+    assert {a.allocator: a.rejected for a in snap.accounting}["max"] == 1
     fig = waste_figure(snap, list(eng.history))
     names = fig.data[0].y
-    assert [n for n in names if "nothing fits" in n] == ["Contiguous Max<br><i>nothing fits</i>"]
+    assert [n for n in names if "never fit" in n] == ["Contiguous Max<br><i>1 never fit</i>"]
