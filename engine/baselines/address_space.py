@@ -39,7 +39,3 @@ class FirstFitSpace:
     @property
     def free_total(self) -> int:
         return sum(h[1] for h in self.holes)
-
-    @property
-    def largest_hole(self) -> int:
-        return max((h[1] for h in self.holes), default=0)
