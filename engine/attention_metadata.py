@@ -28,4 +28,4 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         return ops.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
                                            meta.query_start, meta.context_lens_list, scale)
     return ops.paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                      scale)
+                                      scale, max(meta.context_lens_list))

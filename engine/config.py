@@ -17,7 +17,8 @@ class EngineConfig:
     enable_prefix_caching: bool = False
     device: str = "auto"            # "cuda" if available, else "cpu"
     dtype: str = "auto"             # float32 on CPU, bfloat16 on CUDA
-    backend: str = "auto"           # kernel backend (see kernels.dispatch)
+    backend: str = "auto"           # kernel backend: auto / torch / triton / triton-legacy
+    kernel_fallback: bool = True    # a Triton op that fails to compile/launch falls back to torch
     seed: int = 0
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 4096
@@ -39,6 +40,8 @@ class EngineConfig:
             problems.append("preemption_mode='swap' needs swap space: set num_cpu_blocks > 0")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             problems.append(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if not isinstance(self.kernel_fallback, bool):
+            problems.append(f"kernel_fallback must be True or False, got {self.kernel_fallback!r}")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_history"):

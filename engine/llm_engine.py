@@ -60,7 +60,8 @@ class Engine:
         backend = resolve_backend(config.backend, device)
         loaded = load_model(config.model, device, self.dtype)
         runner = ModelRunner(loaded, config.num_gpu_blocks, config.num_cpu_blocks,
-                             config.block_size, device, self.dtype, get_ops(backend))
+                             config.block_size, device, self.dtype,
+                             get_ops(backend, fallback=config.kernel_fallback))
         self._setup(config, loaded.spec, loaded.tokenizer, runner, device, backend, loaded.path)
 
     @classmethod
@@ -111,7 +112,11 @@ class Engine:
     # ---- requests ------------------------------------------------------------------------
     @property
     def backend_label(self) -> str:
-        return f"{'cuda' if self.device.startswith('cuda') else 'cpu'}-{self.backend}"
+        """Device and the kernels that really ran, e.g. ``cuda-triton``, or after a Triton op
+        failed, ``cuda-torch (triton failed: paged_decode_attention: ...)``."""
+        ops = getattr(self.runner, "ops", None)
+        label = ops.label if ops is not None else self.backend
+        return f"{'cuda' if self.device.startswith('cuda') else 'cpu'}-{label}"
 
     @property
     def max_model_len(self) -> int:

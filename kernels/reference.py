@@ -47,17 +47,18 @@ def _gather_paged(cache: torch.Tensor, block_table: torch.Tensor, length: int) -
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+                           scale: float, max_context: int | None = None) -> torch.Tensor:
     """One query token per sequence attends to its whole paged context.
 
     q: [S, q_heads, D]; block_tables: [S, max_blocks] (padding entries ignored);
-    context_lens: [S] (tokens in the cache, the query token's own K/V included).
+    context_lens: [S] (tokens in the cache, the query token's own K/V included);
+    max_context: max(context_lens) when the caller knows it on the host (saves a sync).
     Returns [S, q_heads, D].
     """
     s, hq, d = q.shape
     bs, hkv = k_cache.shape[1], k_cache.shape[2]
     group = hq // hkv
-    max_len = int(context_lens.max())
+    max_len = int(max_context) if max_context is not None else int(context_lens.max())
     nblocks = (max_len + bs - 1) // bs
     # Batched paged gather: [S, nblocks, bs, hkv, D] -> [S, L, hkv, D]
     k = k_cache[block_tables[:, :nblocks]].flatten(1, 2)[:, :max_len].float()

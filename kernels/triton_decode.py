@@ -2,28 +2,25 @@
 
 Same signature and result as ``kernels.reference.paged_decode_attention``.
 
-How it reads the paged cache
-----------------------------
 Grid ``(sequence, kv_head, split)``. A split owns ``tiles_per_split`` token tiles of its
-sequence's context. For each tile of ``BLOCK_N`` token positions the program gathers the
-physical page of every position as a vector (``tl.load(block_table + pos // BLOCK_SIZE)``) and
-then the K/V rows at ``page * stride_block + (pos % BLOCK_SIZE) * stride_slot``: the token tile
-is independent of the page size, so any block size works (1, 2, 4, ... as well as 8, 16, 32).
-Offsets are int64: ``page * stride_block`` overflows int32 on a large pool.
+sequence's context and folds them with ``attend_tiles`` (kernels/triton_tile_loop.py): whole
+tiles first without any mask, then the one partial tile at the end with a key mask. Each tile
+loads one page id per page it covers, not one per token, and gathers K/V rows at
+``page * stride_block + slot * stride_slot``; the token tile is independent of the page size,
+so any power-of-two block size works (1, 2, 4, ... as well as 16, 32).
 
 GQA: one program serves all ``group = q_heads / kv_heads`` query heads of its KV head, so each
 K/V tile is loaded once. The group is padded to ``BLOCK_G >= 16`` rows (and the head dim to
 ``>= 16`` columns) so ``tl.dot`` gets tiles a GPU's tensor cores accept; padding rows are zeros
 and are never stored.
 
-Each split writes its normalised partial output and its log-sum-exp (base 2); the merge kernel
-combines the splits of one (sequence, query head) weighted by ``exp2(lse - max lse)``. A split
-that starts past the end of a short sequence is empty: it writes lse = -inf and weight 0, and
-the merge guards the all-empty case (-inf - -inf would be NaN). With a single split the
-kernel writes the final output directly and no merge runs.
-
-Under the Triton interpreter (CPU tensors) operands are cast to fp32 before ``tl.dot``
-(the interpreter's bf16 dot is wrong, triton issue #11584).
+The number of splits is sized from the longest *live* context (``max_context``, a host int the
+engine already has), not from the padded block-table width, so a wide table costs no empty
+programs and no host<->device sync is needed. Each split writes its normalised partial output
+and its log-sum-exp (base 2); the merge kernel combines the splits of one (sequence, query
+head) weighted by ``exp2(lse - max lse)``. A split past the end of a short sequence is empty:
+it writes lse = -inf and weight 0, and the merge guards the all-empty case (-inf - -inf would
+be NaN). With a single split the kernel writes the final output directly and no merge runs.
 """
 from __future__ import annotations
 
@@ -34,6 +31,7 @@ import triton
 import triton.language as tl
 
 from kernels.triton_support import next_pow2
+from kernels.triton_tile_loop import attend_tiles
 
 MAX_SPLITS = 64            # the merge kernel holds [next_pow2(splits), head_dim] in registers
 MIN_TILES_PER_SPLIT = 4    # a split below ~256 tokens costs more in launch/merge than it saves
@@ -52,8 +50,8 @@ def _decode_split_kernel(
     stride_ps, stride_ph, stride_pk,
     stride_ls, stride_lh,
     GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
-    UPCAST: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    DIRECT: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1).to(tl.int64)
@@ -62,14 +60,13 @@ def _decode_split_kernel(
     ctx_len = tl.load(context_lens_ptr + seq).to(tl.int32)
     start = split * tiles_per_split * BLOCK_N
     end = tl.minimum(start + tiles_per_split * BLOCK_N, ctx_len)
+    full_end = tl.maximum(start, start + (end - start) // BLOCK_N * BLOCK_N)
 
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_n = tl.arange(0, BLOCK_N)
     g_mask = offs_g < GROUP
     d_mask = offs_d < HEAD_DIM
     heads = kvh * GROUP + offs_g                                   # int64 query-head ids
-
     q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
                 mask=g_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST:
@@ -79,36 +76,17 @@ def _decode_split_kernel(
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     table_row = block_tables_ptr + seq * stride_bts
-
-    for tok0 in range(start, end, BLOCK_N):
-        pos = tok0 + offs_n
-        n_mask = pos < end
-        page = tl.load(table_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        slot = (pos % BLOCK_SIZE).to(tl.int64)
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + (page * stride_kb + slot * stride_ks + kvh * stride_kh)[:, None]
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + (page * stride_vb + slot * stride_vs + kvh * stride_vh)[:, None]
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        if IEEE:   # fp32 inputs: exact products, not TF32
-            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            qk = tl.dot(q, tl.trans(k))
-        qk = qk * scale_log2e
-        qk = tl.where(n_mask[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+    k_base = k_cache_ptr + kvh * stride_kh
+    v_base = v_cache_ptr + kvh * stride_vh
+    # whole tiles: every key visible, no masks; then the partial last tile (if any), masked
+    acc, l_i, m_i = attend_tiles(acc, l_i, m_i, q, offs_g, k_base, v_base, table_row,
+                                 start, full_end, stride_kb, stride_ks, stride_vb, stride_vs,
+                                 offs_d, d_mask, scale_log2e, BLOCK_SIZE, BLOCK_N,
+                                 HEAD_DIM == BLOCK_D, False, False, UPCAST, IEEE)
+    acc, l_i, m_i = attend_tiles(acc, l_i, m_i, q, offs_g, k_base, v_base, table_row,
+                                 full_end, end, stride_kb, stride_ks, stride_vb, stride_vs,
+                                 offs_d, d_mask, scale_log2e, BLOCK_SIZE, BLOCK_N,
+                                 HEAD_DIM == BLOCK_D, True, False, UPCAST, IEEE)
 
     has = l_i > 0.0                       # False for an empty split (or padded rows of one)
     safe_l = tl.where(has, l_i, 1.0)
@@ -185,13 +163,22 @@ def split_plan(num_seqs: int, kv_heads: int, max_context: int, head_dim: int,
     return block_n, triton.cdiv(num_tiles, tiles_per_split), tiles_per_split
 
 
+def max_live_context(context_lens: torch.Tensor, max_context: int | None) -> int:
+    """The longest context to plan splits for: the host value when the caller has it (the
+    engine does), else the tensor's max (a device->host sync)."""
+    if max_context is not None:
+        return int(max_context)
+    return int(context_lens.max()) if context_lens.numel() else 1   # one sync, callers avoid it
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float, *, num_splits: int | None = None,
+                           scale: float, max_context: int | None = None, *,
+                           num_splits: int | None = None,
                            block_n: int | None = None) -> torch.Tensor:
-    """Drop-in for the reference. ``num_splits`` / ``block_n`` override the heuristics (tests,
-    benchmarks). The split count is sized from the block table's width (an upper bound on the
-    longest context), so no device->host sync is needed."""
+    """Drop-in for the reference. ``max_context``: the longest context in ``context_lens``
+    (host int; sizes the split count). ``num_splits`` / ``block_n`` override the heuristics
+    (tests, benchmarks)."""
     s, hq, d = q.shape
     nb, bs, hkv, dk = k_cache.shape
     assert dk == d and hq % hkv == 0, "q heads must be a multiple of kv heads, same head_dim"
@@ -208,8 +195,9 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     group = hq // hkv
     block_g = max(16, next_pow2(group))
     block_d = max(16, next_pow2(d))
-    block_n, num_splits, tiles_per_split = split_plan(s, hkv, block_tables.shape[1] * bs, d,
-                                                      q.device, num_splits, block_n)
+    longest = max(1, max_live_context(context_lens, max_context))
+    block_n, num_splits, tiles_per_split = split_plan(s, hkv, longest, d, q.device, num_splits,
+                                                      block_n)
     direct = num_splits == 1
     if direct:
         part_out = part_lse = out            # unused placeholders
@@ -237,10 +225,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         num_warps=4,
     )
     if not direct:
-        _decode_merge_kernel[(s, hq)](
-            out, part_out, part_lse, num_splits,
-            out.stride(0), out.stride(1), ps[0], ps[1], ps[2], ls[0], ls[1],
-            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SPLITS=max(2, next_pow2(num_splits)),
-            num_warps=4,
-        )
+        _merge(out, part_out, part_lse, num_splits, ps, ls, d, block_d)
     return out
+
+
+def _merge(out, part_out, part_lse, num_splits, ps, ls, d, block_d) -> None:
+    s, hq = out.shape[:2]
+    _decode_merge_kernel[(s, hq)](
+        out, part_out, part_lse, num_splits,
+        out.stride(0), out.stride(1), ps[0], ps[1], ps[2], ls[0], ls[1],
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SPLITS=max(2, next_pow2(num_splits)),
+        num_warps=4,
+    )

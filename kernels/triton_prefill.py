@@ -6,12 +6,21 @@ tokens are rows ``query_start[i]:query_start[i+1]`` of ``q`` and are the *last* 
 to the whole cached context (e.g. a prefix-cache hit) and to the new tokens up to itself, all
 read through the block table (never from a contiguous copy).
 
-Grid ``(sequence, query tile, query head)``; a program owns ``BLOCK_M`` new tokens of one query
-head and walks the key positions ``[0, last query position]`` in tiles of ``BLOCK_N``,
-gathering each position's page from the block table as a vector (any block size works).
-The causal mask is ``key_pos <= query_pos`` with ``query_pos = context_len - n_new + row``.
-Tiles are >= 16 in every ``tl.dot`` dimension (head dim padded), offsets are int64, and under
-the interpreter operands are cast to fp32 before ``tl.dot``.
+Grid ``(sequence, query tile, kv_head)``. As in decode, one program serves a KV head's whole
+query group: its Q tile is ``BLOCK_M`` new tokens x ``GROUP_P`` query heads (the group padded
+to a power of two), row ``r`` = token ``r // GROUP_P``, head ``r % GROUP_P``, so each K/V tile
+is read once for the whole group. Keys are walked in two stages with ``attend_tiles``
+(kernels/triton_tile_loop.py):
+
+1. the unmasked loop: key tiles that end at or before the tile's first query position are
+   visible to every row, so no causal or bounds mask is computed;
+2. the diagonal stage: the remaining tiles up to the tile's last query position, with the
+   causal mask ``key_pos <= query_pos`` (``query_pos = context_len - n_new + token``).
+
+On a GPU the tile sizes, warps and pipeline stages come from ``triton.autotune`` (a few
+configurations, tuned once per head dim / group / page size / prompt-length bucket; the first
+prefill of each new shape pays for the tuning). Under the interpreter a fixed small tile is
+used (autotuning would benchmark Python). Tiles are >= 16 in every ``tl.dot`` dimension.
 """
 from __future__ import annotations
 
@@ -20,85 +29,96 @@ import triton
 import triton.language as tl
 
 from kernels.triton_support import next_pow2
+from kernels.triton_tile_loop import attend_tiles
 
 
 @triton.jit
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_ptr, context_lens_ptr, out_ptr,
-    scale_log2e,
+    scale_log2e, max_new_bucket,
     stride_qt, stride_qh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
     stride_bts,
     stride_ot, stride_oh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    GROUP: tl.constexpr, GROUP_P: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr, IEEE: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     m_tile = tl.program_id(1)
-    head = tl.program_id(2).to(tl.int64)
+    kvh = tl.program_id(2).to(tl.int64)
     q_start = tl.load(query_start_ptr + seq).to(tl.int32)
     n_new = tl.load(query_start_ptr + seq + 1).to(tl.int32) - q_start
     if m_tile * BLOCK_M >= n_new:
         return
     ctx_len = tl.load(context_lens_ptr + seq).to(tl.int32)
-    kvh = head // GROUP
 
-    offs_m = m_tile * BLOCK_M + tl.arange(0, BLOCK_M)      # row among this sequence's new tokens
+    ROWS: tl.constexpr = BLOCK_M * GROUP_P
+    offs_r = tl.arange(0, ROWS)
+    tok = m_tile * BLOCK_M + offs_r // GROUP_P             # row's token among the new tokens
+    g = offs_r % GROUP_P
     offs_d = tl.arange(0, BLOCK_D)
-    offs_n = tl.arange(0, BLOCK_N)
-    m_mask = offs_m < n_new
     d_mask = offs_d < HEAD_DIM
-    q_pos = ctx_len - n_new + offs_m                        # absolute position of each query
-    rows = (q_start + offs_m).to(tl.int64)
-    q = tl.load(q_ptr + rows[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
-                mask=m_mask[:, None] & d_mask[None, :], other=0.0)
+    r_mask = (tok < n_new) & (g < GROUP)
+    q_pos = ctx_len - n_new + tok                          # absolute position of each row
+    rows = (q_start + tok).to(tl.int64)
+    heads = kvh * GROUP + g
+    q_offs = rows[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :]
+    q = tl.load(q_ptr + q_offs, mask=r_mask[:, None] & d_mask[None, :], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    m_i = tl.full([ROWS], float("-inf"), tl.float32)
+    l_i = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, BLOCK_D], tl.float32)
     table_row = block_tables_ptr + seq * stride_bts
-    # keys past the tile's last query position are masked for every row: stop there
-    hi = tl.minimum(ctx_len - n_new + (m_tile + 1) * BLOCK_M, ctx_len)
-
-    for tok0 in range(0, hi, BLOCK_N):
-        pos = tok0 + offs_n
-        n_mask = pos < hi
-        page = tl.load(table_row + pos // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
-        slot = (pos % BLOCK_SIZE).to(tl.int64)
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + (page * stride_kb + slot * stride_ks + kvh * stride_kh)[:, None]
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + (page * stride_vb + slot * stride_vs + kvh * stride_vh)[:, None]
-                    + offs_d[None, :], mask=kv_mask, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        if IEEE:   # fp32 inputs: exact products, not TF32
-            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            qk = tl.dot(q, tl.trans(k))
-        qk = qk * scale_log2e
-        allowed = n_mask[None, :] & (pos[None, :] <= q_pos[:, None])
-        qk = tl.where(allowed, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)   # a row with nothing visible yet
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(qk - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+    k_base = k_cache_ptr + kvh * stride_kh
+    v_base = v_cache_ptr + kvh * stride_vh
+    first_q = ctx_len - n_new + m_tile * BLOCK_M           # the tile's first query position
+    hi = tl.minimum(first_q + BLOCK_M, ctx_len)            # one past its last query position
+    unmasked_end = (first_q + 1) // BLOCK_N * BLOCK_N      # keys <= first_q: seen by every row
+    acc, l_i, m_i = attend_tiles(acc, l_i, m_i, q, q_pos, k_base, v_base, table_row,
+                                 0, unmasked_end, stride_kb, stride_ks, stride_vb, stride_vs,
+                                 offs_d, d_mask, scale_log2e, BLOCK_SIZE, BLOCK_N, HEAD_DIM == BLOCK_D,
+                                 False, False, UPCAST, IEEE)
+    acc, l_i, m_i = attend_tiles(acc, l_i, m_i, q, q_pos, k_base, v_base, table_row,
+                                 unmasked_end, hi, stride_kb, stride_ks, stride_vb, stride_vs,
+                                 offs_d, d_mask, scale_log2e, BLOCK_SIZE, BLOCK_N, HEAD_DIM == BLOCK_D,
+                                 True, True, UPCAST, IEEE)
 
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-    tl.store(out_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
-             o.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])
+    o_offs = rows[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
+    tl.store(out_ptr + o_offs, o.to(out_ptr.dtype.element_ty),
+             mask=r_mask[:, None] & d_mask[None, :])
+
+
+def _gpu_configs() -> list:
+    """A few tile / warp / stage choices; ``_prune`` drops the ones too big for the shape."""
+    out = []
+    for bm, bn, warps, stages in [(16, 32, 4, 2), (16, 64, 4, 3), (32, 32, 4, 2),
+                                  (32, 64, 8, 3), (64, 32, 4, 2), (64, 64, 8, 3)]:
+        out.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps,
+                                 num_stages=stages))
+    return out
+
+
+def _prune(configs, named_args, **kwargs):
+    """Keep the Q tile (tokens x padded group) between 16 and 256 rows, and big-head tiles small;
+    at least one config always survives."""
+    group_p = kwargs.get("GROUP_P", named_args.get("GROUP_P", 1))
+    block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 128))
+    keep = [c for c in configs
+            if 16 <= c.kwargs["BLOCK_M"] * group_p <= 256
+            and (block_d <= 128 or c.kwargs["BLOCK_N"] <= 32)]
+    return keep or configs[:1]
+
+
+_prefill_tuned = triton.autotune(
+    configs=_gpu_configs(),
+    key=["max_new_bucket", "GROUP_P", "HEAD_DIM", "BLOCK_SIZE"],
+    prune_configs_by={"early_config_prune": _prune},
+)(_prefill_kernel)
 
 
 _HOST_META: dict = {}   # (query_start, context_lens, device) -> device tensors; one entry
@@ -125,7 +145,8 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             scale: float, *, block_m: int | None = None,
                             block_n: int | None = None) -> torch.Tensor:
     """Drop-in for the reference (``query_start``/``context_lens`` host lists, as the engine
-    passes them; int tensors are accepted too)."""
+    passes them; int tensors are accepted too). ``block_m`` (new tokens per program) and
+    ``block_n`` (keys per tile) fix the tiles instead of autotuning (tests, benchmarks)."""
     t, hq, d = q.shape
     hkv = k_cache.shape[2]
     bs = k_cache.shape[1]
@@ -141,25 +162,32 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if block_tables.stride(-1) != 1:
         block_tables = block_tables.contiguous()
     interp = q.device.type == "cpu"
+    group = hq // hkv
+    group_p = next_pow2(group)
     block_d = max(16, next_pow2(d))
-    if block_m is None:
-        block_m = 16 if interp else (64 if block_d <= 128 else 32)
-    if block_n is None:
-        block_n = 16 if interp else (32 if block_d <= 128 else 16)
     qs_list = query_start.tolist() if isinstance(query_start, torch.Tensor) else query_start
     max_new = max(qs_list[i + 1] - qs_list[i] for i in range(num_seqs))
     qs_t, ctx_t = _meta_tensors(query_start, context_lens, q.device)
-    grid = (num_seqs, triton.cdiv(max(1, max_new), block_m), hq)
-    _prefill_kernel[grid](
-        q, k_cache, v_cache, block_tables, qs_t, ctx_t, out,
-        float(scale) * 1.4426950408889634,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        GROUP=hq // hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SIZE=bs,
-        BLOCK_M=block_m, BLOCK_N=block_n, UPCAST=interp, IEEE=q.dtype == torch.float32,
-        num_warps=4,
-    )
+    args = (q, k_cache, v_cache, block_tables, qs_t, ctx_t, out,
+            float(scale) * 1.4426950408889634, min(next_pow2(max(1, max_new)), 4096),
+            q.stride(0), q.stride(1),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            block_tables.stride(0),
+            out.stride(0), out.stride(1))
+    consts = dict(GROUP=group, GROUP_P=group_p, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SIZE=bs,
+                  UPCAST=interp, IEEE=q.dtype == torch.float32)
+    if interp or block_m is not None or block_n is not None:
+        # fixed tiles: the Q tile keeps >= 16 rows (tokens x padded group) for tl.dot
+        bm = block_m or max(1, 16 // group_p)
+        bn = block_n or 16
+        if bn < 16 or bn & (bn - 1) or bm < 1 or bm & (bm - 1) or bm * group_p < 16:
+            raise ValueError(f"block_m ({bm}) x padded group ({group_p}) must be >= 16 and "
+                             f"block_n ({bn}) a power of two >= 16 (tl.dot tiles on GPUs)")
+        grid = (num_seqs, triton.cdiv(max_new, bm), hkv)
+        _prefill_kernel[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
+    else:
+        def grid(meta):
+            return (num_seqs, triton.cdiv(max_new, meta["BLOCK_M"]), hkv)
+        _prefill_tuned[grid](*args, **consts)
     return out

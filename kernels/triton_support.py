@@ -39,14 +39,21 @@ def triton_version() -> str | None:
     return triton.__version__
 
 
+# one @triton.jit function of each kernel module: how it was decorated tells how all were
+_PROBES = (("kernels.triton_tile_loop", "attend_tiles"),
+           ("kernels.triton_cache_ops", "_store_kv_kernel"),
+           ("kernels.legacy.triton_decode", "_decode_split_kernel"))
+
+
 def kernels_interpreted() -> bool | None:
     """How the Triton kernels were built: True = interpreter, False = GPU JIT, None = not yet
     imported (the next import follows ``interpreting()``)."""
-    mod = sys.modules.get("kernels.triton_decode")
-    if mod is None:
-        return None
-    from triton.runtime.interpreter import InterpretedFunction
-    return isinstance(mod._decode_split_kernel, InterpretedFunction)
+    for module, name in _PROBES:
+        mod = sys.modules.get(module)
+        if mod is not None:
+            from triton.runtime.interpreter import InterpretedFunction
+            return isinstance(getattr(mod, name), InterpretedFunction)
+    return None
 
 
 def next_pow2(n: int) -> int:

@@ -1,6 +1,6 @@
 """Each Triton kernel equals its torch reference (kernels/reference.py).
 
-Without CUDA the kernels run in Triton's interpreter on CPU tensors: this module sets
+Without CUDA the kernels run in Triton's interpreter on CPU tensors: conftest.py sets
 TRITON_INTERPRET=1 before anything imports the kernels (triton decides at decoration time).
 With CUDA the same comparisons run on the GPU instead. Shapes are tiny: the interpreter runs
 every program of the grid in Python.
@@ -12,70 +12,9 @@ import sys
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 from kernels import get_ops, resolve_backend  # noqa: E402
 from kernels import reference as ref  # noqa: E402
-from kernels.triton_support import interpreting, triton_importable, triton_version  # noqa: E402
-
-needs_triton = pytest.mark.skipif(not triton_importable(), reason="triton not installed")
-
-
-def _interpreter_broken() -> str | None:
-    """triton < 3.9 + numpy >= 2.4 breaks loops with bounds loaded from memory (triton #9171)."""
-    import numpy as np
-    tv = tuple(int(x) for x in (triton_version() or "0.0").split(".")[:2])
-    nv = tuple(int(x) for x in np.__version__.split(".")[:2])
-    if tv < (3, 9) and nv >= (2, 4):
-        return (f"triton {triton_version()} interpreter + numpy {np.__version__} is broken "
-                "(triton issue #9171): use triton>=3.9 or numpy<2.4")
-    return None
-
-
-@pytest.fixture(params=["interpreter", "cuda"])
-def device(request):
-    if not triton_importable():
-        pytest.skip("triton not installed")
-    if request.param == "cuda":
-        if not torch.cuda.is_available():
-            pytest.skip("no CUDA")
-        if interpreting():
-            pytest.skip("TRITON_INTERPRET=1 is set: the kernels run in the interpreter, not on the GPU")
-        return "cuda"
-    if not interpreting():
-        pytest.skip("interpreter tests run where CUDA is absent (or with TRITON_INTERPRET=1 set "
-                    "before Python starts)")
-    broken = _interpreter_broken()
-    if broken:
-        pytest.skip(broken)
-    return "cpu"
-
-
-@pytest.fixture
-def tk():
-    """The Triton kernel modules, imported only once the interpreter switch is settled."""
-    from kernels import triton_cache_ops, triton_decode, triton_prefill
-    return triton_decode, triton_prefill, triton_cache_ops
-
-
-def paged_setup(lengths, block_size, hkv, d, dtype, device, seed, extra_cols=0):
-    """Random caches; each sequence in random, non-contiguous physical blocks (padding 0)."""
-    gen = torch.Generator().manual_seed(seed)
-    need = [-(-n // block_size) for n in lengths]
-    num_blocks = sum(need) + 5
-    k_cache = torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(dtype)
-    v_cache = torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(dtype)
-    perm = torch.randperm(num_blocks, generator=gen).tolist()
-    width = max(need) + extra_cols
-    table = [[perm.pop() for _ in range(n)] for n in need]
-    table = torch.tensor([t + [0] * (width - len(t)) for t in table], dtype=torch.int32)
-    return k_cache.to(device), v_cache.to(device), table.to(device), gen
-
-
-def close(got, want, dtype):
-    tol = 1e-5 if dtype == torch.float32 else 2e-3
-    torch.testing.assert_close(got.float().cpu(), want.float().cpu(), rtol=tol, atol=tol)
+from tests.kernels.helpers import close, needs_triton, paged_setup  # noqa: E402
 
 
 # lengths: one token, within a block, several blocks, past a split; splits: None = heuristic.
@@ -140,7 +79,7 @@ def test_prefill_equals_reference(device, tk, dtype, block_size, hq, hkv, d):
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
-def test_store_kv_equals_reference(device, tk, cache_dtype):
+def test_store_kv_equals_reference(device, cache_ops, cache_dtype):
     gen = torch.Generator().manual_seed(2)
     want_k = torch.zeros(6, 8, 2, 16, dtype=cache_dtype)
     want_v = torch.zeros_like(want_k)
@@ -149,20 +88,20 @@ def test_store_kv_equals_reference(device, tk, cache_dtype):
     slots = torch.tensor([3, 4, 17, 40, 47])        # blocks 0, 2, 5; ragged offsets
     ref.store_kv(want_k, want_v, k, v, slots)
     got_k, got_v = torch.zeros_like(want_k).to(device), torch.zeros_like(want_v).to(device)
-    tk[2].store_kv(got_k, got_v, k.to(device), v.to(device), slots.to(device))
+    cache_ops.store_kv(got_k, got_v, k.to(device), v.to(device), slots.to(device))
     assert torch.equal(got_k.cpu(), want_k) and torch.equal(got_v.cpu(), want_v)
 
 
-def test_copy_blocks_equals_reference(device, tk):
+def test_copy_blocks_equals_reference(device, cache_ops):
     gen = torch.Generator().manual_seed(4)
     kv = torch.randn(2, 2, 7, 8, 2, 16, generator=gen).to(torch.float16)  # layers, k/v, blocks...
     src, dst = torch.tensor([1, 3, 1]), torch.tensor([4, 6, 0])            # a block copied twice
     want = kv.clone()
     ref.copy_blocks(want, src, dst)
     got = kv.to(device)
-    tk[2].copy_blocks(got, src.to(device), dst.to(device))
+    cache_ops.copy_blocks(got, src.to(device), dst.to(device))
     assert torch.equal(got.cpu(), want)
-    tk[2].copy_blocks(got, src[:0].to(device), dst[:0].to(device))         # empty batch: no-op
+    cache_ops.copy_blocks(got, src[:0].to(device), dst[:0].to(device))         # empty batch: no-op
     assert torch.equal(got.cpu(), want)
 
 
