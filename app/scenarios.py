@@ -29,6 +29,7 @@ class Settings:
     num_cpu_blocks: int = 0
     preemption_mode: str = "recompute"
     enable_prefix_caching: bool = False
+    backend: str = "auto"            # kernels: auto (Triton on CUDA, torch on CPU) / torch / triton
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)

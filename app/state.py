@@ -42,7 +42,7 @@ def make_config(s: Settings) -> EngineConfig:
                         num_gpu_blocks=s.num_gpu_blocks, num_cpu_blocks=s.num_cpu_blocks,
                         preemption_mode=s.preemption_mode,
                         enable_prefix_caching=s.enable_prefix_caching, seed=s.seed,
-                        max_history=MAX_HISTORY)
+                        backend=s.backend, max_history=MAX_HISTORY)
 
 
 def make_params(s: Settings) -> SamplingParams:

@@ -97,7 +97,8 @@ def get_lab() -> Lab:
 
 def _on_scenario() -> None:
     lab = st.session_state.lab
-    s = preset(st.session_state.w_scenario, lab.settings.model)
+    s = preset(st.session_state.w_scenario, lab.settings.model).replace(
+        backend=lab.settings.backend)   # a scenario changes the requests, not the kernels
     _load_widgets(s)
     lab.apply(s)
 
@@ -163,6 +164,14 @@ def sidebar(lab: Lab) -> None:
                 st.number_input("length penalty (beams)", key="w_length_penalty", step=0.1,
                                 format="%.2f")
                 st.checkbox("ignore EOS (always run to max tokens)", key="w_ignore_eos")
+            with st.expander("Kernels"):
+                st.selectbox("Kernel backend", ["auto", "torch", "triton", "triton-legacy"],
+                             key="w_backend",
+                             help="auto: Triton kernels on a CUDA GPU (an op whose kernel fails "
+                                  "to compile or launch falls back to torch, and the page says "
+                                  "so), torch on CPU. torch / triton force one; triton-legacy "
+                                  "is the previous Triton decode/prefill. On CPU, Triton needs "
+                                  "TRITON_INTERPRET=1 set before the server starts.")
             if st.form_submit_button("Apply & reset", type="primary", width="stretch"):
                 lab.apply(_settings_from_widgets())
         st.divider()
@@ -340,6 +349,9 @@ def main_area() -> None:
                  f"`{snap.model}` · `{snap.backend}` · block size {snap.block_size}")
     with slider:
         history_slider(lab)
+    if "failed" in snap.backend:
+        st.warning(f"A Triton kernel could not run on this machine, so the torch reference ran "
+                   f"that op instead (outputs are unchanged): `{snap.backend}`")
     views(lab)
     st.caption(f"rendered step {snap.step}")
 

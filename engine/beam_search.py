@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-
 @dataclass(frozen=True)
 class Candidate:
     parent: int          # index of the live beam it extends
@@ -24,17 +21,22 @@ def beam_score(cum_logprob: float, output_len: int, length_penalty: float) -> fl
     return cum_logprob / (max(output_len, 1) ** length_penalty)
 
 
-def select_candidates(cum_logprobs: list[float], logprobs: torch.Tensor, width: int,
-                      eos_token_id: int | None) -> tuple[list[Candidate], list[Candidate]]:
-    """Returns (running, finished): up to ``width`` beams to continue and new EOS hypotheses."""
-    scores = torch.tensor(cum_logprobs, dtype=torch.float32)[:, None] + logprobs.float()
-    vocab = logprobs.shape[1]
-    k = min(2 * width, scores.numel())
-    top = torch.topk(scores.flatten(), k)
+def num_candidates(width: int, num_eos: int) -> int:
+    """How many ranked extensions a step looks at: transformers keeps
+    ``max(2, 1 + n_eos) * num_beams`` (``_beam_search``), so enough non-EOS candidates remain
+    even if every EOS id ranks high."""
+    return max(2, 1 + num_eos) * width
+
+
+def select_candidates(ranked: list[tuple[int, int, float]], width: int,
+                      eos_token_ids) -> tuple[list[Candidate], list[Candidate]]:
+    """From ``ranked`` (beam index, token id, cumulative logprob), best first, return
+    (running, finished): up to ``width`` beams to continue and new EOS hypotheses (an EOS
+    candidate counts only when it ranks within the top ``width``)."""
     running, finished = [], []
-    for rank, (score, idx) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
-        cand = Candidate(idx // vocab, idx % vocab, score)
-        if eos_token_id is not None and cand.token_id == eos_token_id:
+    for rank, (parent, token, score) in enumerate(ranked):
+        cand = Candidate(parent, token, score)
+        if token in eos_token_ids:
             if rank < width:
                 finished.append(cand)
         elif len(running) < width:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from engine import events as ev
-from engine.beam_search import beam_score, is_done, select_candidates
+from engine.beam_search import beam_score, is_done, num_candidates, select_candidates
 from engine.accounting import accounting_frame, baseline_accounting
 from engine.baselines import POLICIES, ContiguousAllocator
 from engine.block_manager import BlockManager
@@ -21,7 +21,7 @@ from engine.length_only import SyntheticRunner
 from engine.models.loader import load_model
 from engine.models.spec import ModelSpec
 from engine.outputs import CompletionOutput, RequestOutput
-from engine.sampler import sample
+from engine.sampler import BeamAsk, TokenAsk, sample_step
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledBatch, Scheduler
 from engine.sequence import Sequence, SequenceGroup, SeqStatus
@@ -87,6 +87,9 @@ class Engine:
         self.tokenizer = tokenizer
         self.model_path = model_path
         self.runner = runner
+        # where sampling runs: the device the logits come out on (per-request generators too)
+        self.sampling_device = device if isinstance(runner, ModelRunner) else "cpu"
+        self._eos_ids = () if spec.eos_token_id is None else (spec.eos_token_id,)
         self.detailed_snapshots = detailed_snapshots
         self._events: list[ev.Event] = []
         self.bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,
@@ -193,7 +196,7 @@ class Engine:
         elif request_id in self.groups:
             raise ValueError(f"request id {request_id!r} is already in use")
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + len(self.groups)
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device=self.sampling_device).manual_seed(seed)
         group = SequenceGroup(request_id, prompt if isinstance(prompt, str) else None, ids, params,
                               next(self._arrivals), gen)
         group.seqs.append(Sequence(next(self._seq_ids), request_id, list(ids), len(ids),
@@ -251,38 +254,38 @@ class Engine:
         return out
 
     def _process(self, batch: ScheduledBatch, logits: torch.Tensor, finished: list[str]) -> None:
-        # whole-batch tensor ops once, on the host (seeded CPU generators, small vocabularies);
-        # per-sequence work below is plain Python
-        logits = logits.float().cpu()
-        logprobs = torch.log_softmax(logits, dim=-1)
-        greedy = logits.argmax(dim=-1)
-        greedy_tokens = greedy.tolist()
-        greedy_logprobs = logprobs.gather(1, greedy[:, None]).squeeze(1).tolist()
+        # every group's ask is answered on the logits' device in one go (engine/sampler.py):
+        # only the chosen ids and their logprobs reach the host
         rows = {s.seq_id: i for i, s in enumerate(batch.seqs)}
-
-        def choose(row: int, g: SequenceGroup, k: int = 1) -> list[tuple[int, float]]:
-            if g.params.is_greedy:
-                return [(greedy_tokens[row], greedy_logprobs[row])] * k
-            toks = sample(logits[row], g.params, g.generator, k)
-            return [(t, float(logprobs[row, t])) for t in toks]
-
+        eos = self._eos_ids
+        work = []
         for g in batch.groups:
             live = [s for s in g.seqs if s.seq_id in rows]
             if not live:
                 continue
+            p = g.params
+            if p.use_beam_search:
+                asks = [BeamAsk([rows[s.seq_id] for s in live], [s.cumulative_logprob for s in live],
+                                num_candidates(p.beam_width, 0 if p.ignore_eos else len(eos)))]
+            elif p.n > 1 and not g.forked:
+                asks = [TokenAsk(rows[live[0].seq_id], p.n, p, g.generator)]
+            else:
+                asks = [TokenAsk(rows[s.seq_id], 1, p, g.generator) for s in live]
+            work.append((g, live, asks))
+        answers = iter(sample_step(logits, [a for _, _, asks in work for a in asks]))
+        for g, live, asks in work:
+            got = [next(answers) for _ in asks]
             if g.params.use_beam_search:
-                self._beam_step(g, live, logprobs[[rows[s.seq_id] for s in live]])
+                self._beam_step(g, live, got[0])
             elif g.params.n > 1 and not g.forked:
-                parent = live[0]
-                picks = choose(rows[parent.seq_id], g, g.params.n)
+                parent, picks = live[0], got[0]
                 children = [parent] + [self._fork(g, parent) for _ in picks[1:]]
                 g.forked = True
                 for child, (tok, lp) in zip(children, picks):
                     self._append(g, child, tok, lp)
             else:
-                for s in live:
-                    tok, lp = choose(rows[s.seq_id], g)[0]
-                    self._append(g, s, tok, lp)
+                for s, picks in zip(live, got):
+                    self._append(g, s, *picks[0])
             if g.is_finished:
                 finished.append(g.request_id)
 
@@ -302,7 +305,7 @@ class Engine:
         p = g.params
         if len(s.output_token_ids) >= p.max_tokens:
             self._finish(g, s, "length")
-        elif not p.ignore_eos and token == self.spec.eos_token_id:
+        elif not p.ignore_eos and token in self._eos_ids:
             self._finish(g, s, "stop")
         elif p.stop:
             hit = [s.output_text.index(x) for x in p.stop if x in s.output_text]
@@ -328,11 +331,11 @@ class Engine:
         g.done_seqs.append(s)
         self._events.append((ev.BeamPrune if status == SeqStatus.PRUNED else ev.Finish)(s.seq_id, reason))
 
-    def _beam_step(self, g: SequenceGroup, live: list[Sequence], logprobs: torch.Tensor) -> None:
+    def _beam_step(self, g: SequenceGroup, live: list[Sequence],
+                   ranked: list[tuple[int, int, float]]) -> None:
         p = g.params
-        eos = None if p.ignore_eos else self.spec.eos_token_id
-        running, new_finished = select_candidates([s.cumulative_logprob for s in live], logprobs,
-                                                  p.beam_width, eos)
+        running, new_finished = select_candidates(ranked, p.beam_width,
+                                                  () if p.ignore_eos else self._eos_ids)
         out_len = len(live[0].output_token_ids) + 1
         for c in new_finished:           # an EOS hypothesis: kept as data, it needs no blocks
             parent = live[c.parent]

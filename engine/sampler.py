@@ -1,5 +1,18 @@
-"""Token choice for one row of logits: greedy, temperature, top-k, top-p, seeded per request."""
+"""Token choice for one step, on the logits' device: greedy, temperature, top-k, top-p, beams.
+
+Only what the engine needs crosses to the host: the chosen token ids with their logprobs, and
+for beam search the top candidates. Everything one step asks for is packed into a single
+float64 tensor and copied once (token ids < 2**53 and float32 logprobs are exact in float64),
+so a step pays one small device->host copy, never the ``[batch, vocab]`` logits (with a 128k
+vocabulary those are ~0.5 MB per sequence per step).
+
+Seeded sampling draws from each request's own ``torch.Generator``, which lives on the sampling
+device (torch.multinomial needs the generator on the probabilities' device): the same seed
+gives the same tokens on the same device; a CPU and a CUDA generator give different streams.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -21,11 +34,62 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
-           num_samples: int = 1) -> list[int]:
-    """Choose ``num_samples`` tokens from one row of logits ([vocab], float32)."""
+def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
+                  num_samples: int = 1) -> torch.Tensor:
+    """``num_samples`` token ids (a tensor on the logits' device) from one row of logits."""
     if params.is_greedy:
-        return [int(torch.argmax(logits))] * num_samples
+        return torch.argmax(logits).reshape(1).expand(num_samples)
     scaled = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
     probs = torch.softmax(scaled, dim=-1)
-    return torch.multinomial(probs, num_samples, replacement=True, generator=generator).tolist()
+    return torch.multinomial(probs, num_samples, replacement=True, generator=generator)
+
+
+@dataclass(frozen=True)
+class TokenAsk:
+    """``count`` tokens for row ``row`` (n > 1 forks draw all n from the parent's row)."""
+    row: int
+    count: int
+    params: SamplingParams
+    generator: torch.Generator
+
+
+@dataclass(frozen=True)
+class BeamAsk:
+    """The ``count`` best (beam, token) extensions of the live beams in ``rows``, ranked by
+    cumulative logprob ``cum_logprobs[i] + logprob(token | beam i)``."""
+    rows: list[int]
+    cum_logprobs: list[float]
+    count: int
+
+
+def sample_step(logits: torch.Tensor, asks: list) -> list:
+    """Answer every ask from this step's logits ([rows, vocab], any device).
+
+    A TokenAsk gets ``[(token_id, logprob), ...]``; a BeamAsk gets
+    ``[(beam_index, token_id, cum_logprob), ...]`` best first."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    vocab = logits.shape[-1]
+    pieces, sizes = [], []
+    for ask in asks:
+        if isinstance(ask, TokenAsk):
+            toks = sample_tokens(logits[ask.row], ask.params, ask.generator, ask.count)
+            pieces += [toks.double(), logprobs[ask.row, toks].double()]
+            sizes.append(ask.count)
+        else:
+            cum = torch.tensor(ask.cum_logprobs, dtype=torch.float32, device=logits.device)
+            scores = (cum[:, None] + logprobs[ask.rows]).flatten()
+            top = torch.topk(scores, min(ask.count, scores.numel()))
+            pieces += [top.indices.double(), top.values.double()]
+            sizes.append(top.indices.numel())
+    if not pieces:
+        return []
+    flat = torch.cat(pieces).tolist()            # the step's one device -> host copy
+    out, at = [], 0
+    for ask, n in zip(asks, sizes):
+        first, second = flat[at:at + n], flat[at + n:at + 2 * n]
+        at += 2 * n
+        if isinstance(ask, TokenAsk):
+            out.append([(int(t), lp) for t, lp in zip(first, second)])
+        else:
+            out.append([(int(i) // vocab, int(i) % vocab, s) for i, s in zip(first, second)])
+    return out

@@ -24,6 +24,7 @@ BAD_SETTINGS = [   # (changes to the "parallel" preset, words the error must con
     (dict(num_gpu_blocks=10**6), "limited to"),
     (dict(model="/no/such/folder"), "no such folder"),
     (dict(model="someone/not-a-model-anywhere"), "Offline?"),
+    (dict(backend="cuda-graphs"), "unknown kernel backend"),
 ]
 
 
@@ -45,6 +46,16 @@ def test_bad_settings_raise_and_keep_the_engine(model):
         assert lab.engine is engine and lab.settings == settings and len(lab.snapshots()) == n
     assert lab.step()                                # still works
     assert len(lab.snapshots()) == 3
+
+
+@needs_model
+def test_kernel_backend_setting_reaches_the_engine(model):
+    """The sidebar's Kernels setting forces a backend; the page shows the label that ran, and a
+    scenario change keeps the kernels chosen."""
+    lab = Lab.create("single", model)
+    assert lab.apply(lab.settings.replace(backend="torch"))
+    lab.step()
+    assert lab.engine.config.backend == "torch" and lab.current().backend == "cpu-torch"
 
 
 @needs_model
