@@ -6,6 +6,7 @@ noisy, so only side-by-side ratios mean much):
 
 - ``paged``: the Triton split-K kernel reading K/V through a *random* block table;
 - ``ident``: the same kernel with an identity (contiguous) block table;
+- ``legacy``: the previous kernel (kernels/legacy/: one page-id load per token), random table;
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` on a contiguous
   ``[B, kv_heads, L, D]`` cache holding the same K/V (the backend that ran is reported).
 
@@ -143,6 +144,7 @@ def forced_sdpa_times(fn) -> dict:
 
 def decode_point(batch: int, ctx: int, k_cache, v_cache, with_forced: bool) -> dict:
     from kernels import triton_decode
+    from kernels.legacy import triton_decode as legacy_decode
 
     nblk = ctx // BLOCK
     used = batch * nblk
@@ -155,10 +157,15 @@ def decode_point(batch: int, ctx: int, k_cache, v_cache, with_forced: bool) -> d
     ident_table = torch.arange(used, dtype=torch.int32, device=DEVICE).view(batch, nblk)
 
     def paged():
-        return triton_decode.paged_decode_attention(q, k_cache, v_cache, rand_table, lens, scale)
+        return triton_decode.paged_decode_attention(q, k_cache, v_cache, rand_table, lens, scale,
+                                                    ctx)
 
     def ident():
-        return triton_decode.paged_decode_attention(q, k_cache, v_cache, ident_table, lens, scale)
+        return triton_decode.paged_decode_attention(q, k_cache, v_cache, ident_table, lens, scale,
+                                                    ctx)
+
+    def legacy():
+        return legacy_decode.paged_decode_attention(q, k_cache, v_cache, rand_table, lens, scale)
 
     # contiguous copy of exactly the K/V the random table points at: [B, HKV, L, D]
     k4 = k_cache[rand_table.long()].view(batch, ctx, HKV, D).permute(0, 2, 1, 3).contiguous()
@@ -171,8 +178,10 @@ def decode_point(batch: int, ctx: int, k_cache, v_cache, with_forced: bool) -> d
     got = paged()
     want = sdpa().view(batch, HQ, D)
     max_err = (got.float() - want.float()).abs().max().item()
+    legacy_err = (legacy().float() - want.float()).abs().max().item()
 
     t_paged, t_ident, t_sdpa = bench_ms(paged), bench_ms(ident), bench_ms(sdpa)
+    t_legacy = bench_ms(legacy)
     backend = sdpa_backend_that_ran(sdpa)
     forced = forced_sdpa_times(sdpa) if with_forced else {}
     k4 = v4 = None
@@ -184,13 +193,63 @@ def decode_point(batch: int, ctx: int, k_cache, v_cache, with_forced: bool) -> d
     return {
         "batch": batch, "context": ctx, "kv_bytes": kv_bytes, "bytes": total,
         "block_n": block_n, "splits": splits,
-        "paged_ms": t_paged, "ident_ms": t_ident, "sdpa_ms": t_sdpa,
+        "paged_ms": t_paged, "ident_ms": t_ident, "sdpa_ms": t_sdpa, "legacy_ms": t_legacy,
+        "legacy_GBps": total / (t_legacy * 1e-3) / 1e9, "paged_over_legacy": t_paged / t_legacy,
+        "max_abs_err_legacy_vs_sdpa": legacy_err,
         "paged_GBps": total / (t_paged * 1e-3) / 1e9,
         "ident_GBps": total / (t_ident * 1e-3) / 1e9,
         "sdpa_GBps": total / (t_sdpa * 1e-3) / 1e9,
         "paged_over_ident": t_paged / t_ident, "paged_over_sdpa": t_paged / t_sdpa,
         "sdpa_backend": backend, "sdpa_forced_ms": forced, "max_abs_err_vs_sdpa": max_err,
     }
+
+
+# ---- prefill ---------------------------------------------------------------------------------
+
+def prefill_point(batch: int, prompt: int, k_cache, v_cache) -> dict:
+    """Causal prefill of ``batch`` prompts of ``prompt`` tokens (K/V already stored, random
+    pages): the current kernel (autotuned on a GPU), the legacy one, and SDPA (is_causal) on a
+    contiguous copy. TFLOP/s counts the causal half: 2 * 2 * HQ * D * L * (L + 1) / 2 per prompt."""
+    from kernels import triton_prefill
+    from kernels.legacy import triton_prefill as legacy_prefill
+
+    nblk = -(-prompt // BLOCK)
+    gen = torch.Generator(device=DEVICE).manual_seed(batch * 7919 + prompt)
+    q = torch.randn(batch * prompt, HQ, D, device=DEVICE, dtype=DTYPE, generator=gen)
+    table = torch.randperm(k_cache.shape[0], device=DEVICE, generator=gen)[:batch * nblk]
+    table = table.to(torch.int32).view(batch, nblk).contiguous()
+    starts = [i * prompt for i in range(batch + 1)]
+    lens = [prompt] * batch
+    scale = D ** -0.5
+
+    def current():
+        return triton_prefill.paged_prefill_attention(q, k_cache, v_cache, table, starts, lens, scale)
+
+    def legacy():
+        return legacy_prefill.paged_prefill_attention(q, k_cache, v_cache, table, starts, lens, scale)
+
+    k4 = k_cache[table.long()].flatten(1, 2)[:, :prompt].permute(0, 2, 1, 3).contiguous()
+    v4 = v_cache[table.long()].flatten(1, 2)[:, :prompt].permute(0, 2, 1, 3).contiguous()
+    q4 = q.view(batch, prompt, HQ, D).permute(0, 2, 1, 3)
+
+    def sdpa():
+        import torch.nn.functional as F
+        g = HQ // HKV
+        return F.scaled_dot_product_attention(q4, k4.repeat_interleave(g, 1),
+                                              v4.repeat_interleave(g, 1), is_causal=True,
+                                              scale=scale)
+
+    want = sdpa().permute(0, 2, 1, 3).reshape(batch * prompt, HQ, D).float()
+    err = (current().float() - want).abs().max().item()
+    legacy_err = (legacy().float() - want).abs().max().item()
+    t_cur, t_leg, t_sdpa = bench_ms(current), bench_ms(legacy), bench_ms(sdpa)
+    flops = batch * 2 * 2 * HQ * D * prompt * (prompt + 1) / 2
+    return {"batch": batch, "prompt": prompt, "current_ms": t_cur, "legacy_ms": t_leg,
+            "sdpa_ms": t_sdpa, "current_TFLOPs": flops / (t_cur * 1e-3) / 1e12,
+            "legacy_TFLOPs": flops / (t_leg * 1e-3) / 1e12,
+            "sdpa_TFLOPs": flops / (t_sdpa * 1e-3) / 1e12, "current_over_legacy": t_cur / t_leg,
+            "current_over_sdpa": t_cur / t_sdpa, "max_abs_err_vs_sdpa": err,
+            "max_abs_err_legacy_vs_sdpa": legacy_err}
 
 
 # ---- store / copy_blocks ---------------------------------------------------------------------
@@ -295,8 +354,8 @@ def main() -> int:
         print(f"\ndecode attention ({HQ}/{HKV} heads, D={D}, bf16, block {BLOCK}); GB/s and ratios "
               "of median times (paged/ident, paged/sdpa: < 1 = paged faster)")
         hdr = (f"{'batch':>5} {'ctx':>6} {'split':>5} {'paged us':>9} {'GB/s':>6} {'%roof':>6} "
-               f"{'ident GB/s':>10} {'sdpa GB/s':>9} {'p/ident':>7} {'p/sdpa':>7} {'sdpa':>9} "
-               f"{'err':>8}")
+               f"{'ident GB/s':>10} {'sdpa GB/s':>9} {'p/ident':>7} {'p/sdpa':>7} {'p/legacy':>8} "
+               f"{'sdpa':>9} {'err':>8}")
         print(hdr)
         decode = []
         for b, c in points:
@@ -308,10 +367,33 @@ def main() -> int:
             print(f"{b:>5} {c:>6} {r['splits']:>5} {1e3 * r['paged_ms']:>9.1f} "
                   f"{r['paged_GBps']:>6.0f} {r['paged_pct_roofline']:>5.1f}% "
                   f"{r['ident_GBps']:>10.0f} {r['sdpa_GBps']:>9.0f} {r['paged_over_ident']:>7.2f} "
-                  f"{r['paged_over_sdpa']:>7.2f} {r['sdpa_backend']:>9} {r['max_abs_err_vs_sdpa']:>8.1e}",
+                  f"{r['paged_over_sdpa']:>7.2f} {r['paged_over_legacy']:>8.2f} "
+                  f"{r['sdpa_backend']:>9} {r['max_abs_err_vs_sdpa']:>8.1e}",
                   flush=True)
-            if r["max_abs_err_vs_sdpa"] > 5e-2:
-                print(f"      WARNING: paged output differs from SDPA by {r['max_abs_err_vs_sdpa']:.3g}")
+            for key in ("max_abs_err_vs_sdpa", "max_abs_err_legacy_vs_sdpa"):
+                if r[key] > 5e-2:
+                    print(f"      WARNING: {key} = {r[key]:.3g}")
+
+        print(f"\nprefill attention (causal, random pages; TFLOP/s of the causal half; ratios of "
+              "median times, < 1 = current faster)")
+        print(f"{'batch':>5} {'prompt':>6} {'cur ms':>8} {'TFLOP/s':>8} {'legacy':>8} {'sdpa':>8} "
+              f"{'c/legacy':>8} {'c/sdpa':>7} {'err':>8}")
+        prefill = []
+        pf_points = ([(1, 2048), (8, 512)] if args.quick else
+                     [(1, 512), (1, 2048), (1, 8192), (8, 512), (8, 2048)]) if DEVICE == "cuda" \
+            else [(1, 20), (2, 9)]
+        for b, L in pf_points:
+            if b * -(-L // BLOCK) > k_cache.shape[0]:
+                continue
+            r = prefill_point(b, L, k_cache, v_cache)
+            prefill.append(r)
+            print(f"{b:>5} {L:>6} {r['current_ms']:>8.3f} {r['current_TFLOPs']:>8.1f} "
+                  f"{r['legacy_TFLOPs']:>8.1f} {r['sdpa_TFLOPs']:>8.1f} "
+                  f"{r['current_over_legacy']:>8.2f} {r['current_over_sdpa']:>7.2f} "
+                  f"{r['max_abs_err_vs_sdpa']:>8.1e}", flush=True)
+            for key in ("max_abs_err_vs_sdpa", "max_abs_err_legacy_vs_sdpa"):
+                if r[key] > 5e-2:
+                    print(f"      WARNING: {key} = {r[key]:.3g}")
 
         print("\nstore_kv (K and V, random slots; bytes = read + write)")
         print(f"{'tokens':>7} {'triton us':>10} {'GB/s':>7} {'%roof':>6} {'torch GB/s':>10} "
@@ -342,7 +424,8 @@ def main() -> int:
 
     out = args.out or RESULTS / f"kernels-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "roofline": roof, "decode": decode, "store_kv": store,
+    out.write_text(json.dumps({"meta": meta, "roofline": roof, "decode": decode,
+                               "prefill": prefill, "store_kv": store,
                                "copy_blocks": copies}, indent=2))
     print(f"\nwrote {out}")
     return 0

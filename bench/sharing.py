@@ -15,7 +15,12 @@ import argparse
 
 import pandas as pd
 
-from common import Progress, write_results  # noqa: F401  (sets sys.path)
+if __package__ in (None, ""):          # python bench/X.py: make the repo importable
+    import sys as _sys
+    from pathlib import Path as _Path
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
+from bench.common import Progress, write_results  # noqa: E402
 from engine import Engine, EngineConfig, SamplingParams
 from engine.workloads import ALPACA, run_trace, synthetic_trace
 

@@ -50,8 +50,7 @@ def test_bad_settings_raise_and_keep_the_engine(model):
 
 @needs_model
 def test_kernel_backend_setting_reaches_the_engine(model):
-    """The sidebar's Kernels setting forces a backend; the page shows the label that ran, and a
-    scenario change keeps the kernels chosen."""
+    """The sidebar's Kernels setting forces a backend; the snapshot shows the label that ran."""
     lab = Lab.create("single", model)
     assert lab.apply(lab.settings.replace(backend="torch"))
     lab.step()

@@ -66,3 +66,25 @@ def test_engine_step_never_copies_logits_to_host(tiny_llama):
             eng.step()
         big += [n for n in seen.sizes if n >= vocab]
     assert big == []
+
+
+def test_cuda_sampling_stays_on_device_and_is_seeded(tiny_llama):
+    """On a GPU: no [batch, vocab] copy to the host, and a seed gives the same tokens twice."""
+    import pytest
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    outs = []
+    for _ in range(2):
+        eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=64,
+                                  device="cuda", dtype="float32"))
+        rid = eng.add_request([6, 7, 8], SamplingParams(n=3, temperature=0.8, seed=5, max_tokens=6,
+                                                        ignore_eos=True))
+        eng.add_request([9, 10], SamplingParams(beam_width=2, max_tokens=4, ignore_eos=True))
+        big = []
+        while eng.has_unfinished_requests():
+            with HostCopies() as seen:
+                eng.step()
+            big += [n for n in seen.sizes if n >= eng.spec.vocab_size]
+        assert big == []
+        outs.append([o.token_ids for o in eng.get_output(rid).outputs])
+    assert outs[0] == outs[1]
