@@ -66,30 +66,48 @@ def sample_step(logits: torch.Tensor, asks: list) -> list:
     """Answer every ask from this step's logits ([rows, vocab], any device).
 
     A TokenAsk gets ``[(token_id, logprob), ...]``; a BeamAsk gets
-    ``[(beam_index, token_id, cum_logprob), ...]`` best first."""
+    ``[(beam_index, token_id, cum_logprob), ...]`` best first. Greedy asks share one batched
+    argmax; sampled and beam asks run per request (each has its own generator / beams)."""
+    if not asks:
+        return []
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     vocab = logits.shape[-1]
-    pieces, sizes = [], []
-    for ask in asks:
+    greedy = [a for a in asks if isinstance(a, TokenAsk) and a.params.is_greedy]
+    pieces, sizes = [], {}
+    if greedy:   # argmax over the whole batch (one pass, no row copies), then pick the rows
+        best = logits.argmax(dim=-1)
+        best_lp = logprobs.gather(1, best[:, None]).squeeze(1)
+        if len(greedy) < logits.shape[0] or any(a.row != i for i, a in enumerate(greedy)):
+            rows = torch.tensor([a.row for a in greedy], device=logits.device)
+            best, best_lp = best[rows], best_lp[rows]
+        pieces += [best.double(), best_lp.double()]
+    for i, ask in enumerate(asks):
         if isinstance(ask, TokenAsk):
+            if ask.params.is_greedy:
+                continue
             toks = sample_tokens(logits[ask.row], ask.params, ask.generator, ask.count)
             pieces += [toks.double(), logprobs[ask.row, toks].double()]
-            sizes.append(ask.count)
+            sizes[i] = ask.count
         else:
             cum = torch.tensor(ask.cum_logprobs, dtype=torch.float32, device=logits.device)
             scores = (cum[:, None] + logprobs[ask.rows]).flatten()
             top = torch.topk(scores, min(ask.count, scores.numel()))
             pieces += [top.indices.double(), top.values.double()]
-            sizes.append(top.indices.numel())
-    if not pieces:
-        return []
+            sizes[i] = top.indices.numel()
     flat = torch.cat(pieces).tolist()            # the step's one device -> host copy
-    out, at = [], 0
-    for ask, n in zip(asks, sizes):
+    at = 2 * len(greedy)
+    greedy_answers = iter(zip(flat[:len(greedy)], flat[len(greedy):at]))
+    out = []
+    for i, ask in enumerate(asks):
+        if i not in sizes:                       # a greedy ask: its argmax, count times
+            tok, lp = next(greedy_answers)
+            out.append([(int(tok), lp)] * ask.count)
+            continue
+        n = sizes[i]
         first, second = flat[at:at + n], flat[at + n:at + 2 * n]
         at += 2 * n
         if isinstance(ask, TokenAsk):
             out.append([(int(t), lp) for t, lp in zip(first, second)])
         else:
-            out.append([(int(i) // vocab, int(i) % vocab, s) for i, s in zip(first, second)])
+            out.append([(int(j) // vocab, int(j) % vocab, sc) for j, sc in zip(first, second)])
     return out

@@ -104,12 +104,13 @@ def _gpu_configs() -> list:
 
 
 def _prune(configs, named_args, **kwargs):
-    """Keep the Q tile (tokens x padded group) between 16 and 256 rows, and big-head tiles small;
-    at least one config always survives."""
+    """Keep Q tiles (tokens x padded group) of >= 16 rows whose fp32 accumulator stays within
+    128 x 128 (more spills registers), and small key tiles for big heads; one always survives."""
     group_p = kwargs.get("GROUP_P", named_args.get("GROUP_P", 1))
     block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 128))
     keep = [c for c in configs
-            if 16 <= c.kwargs["BLOCK_M"] * group_p <= 256
+            if c.kwargs["BLOCK_M"] * group_p >= 16
+            and c.kwargs["BLOCK_M"] * group_p * block_d <= 128 * 128
             and (block_d <= 128 or c.kwargs["BLOCK_N"] <= 32)]
     return keep or configs[:1]
 
