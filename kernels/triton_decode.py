@@ -199,15 +199,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     block_n, num_splits, tiles_per_split = split_plan(s, hkv, longest, d, q.device, num_splits,
                                                       block_n)
     direct = num_splits == 1
-    if direct:
-        part_out = part_lse = out            # unused placeholders
-        ps = (0, 0, 0)
-        ls = (0, 0)
-    else:
-        part_out = torch.empty((s, hq, num_splits, d), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((s, hq, num_splits), dtype=torch.float32, device=q.device)
-        ps = part_out.stride()[:3]
-        ls = part_lse.stride()[:2]
+    part_out, part_lse, ps, ls = split_buffers(out, num_splits)
     _decode_split_kernel[(s, hkv, num_splits)](
         q, k_cache, v_cache, block_tables, context_lens,
         out, part_out, part_lse,
@@ -225,11 +217,23 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         num_warps=4,
     )
     if not direct:
-        _merge(out, part_out, part_lse, num_splits, ps, ls, d, block_d)
+        merge_splits(out, part_out, part_lse, num_splits, ps, ls, d, block_d)
     return out
 
 
-def _merge(out, part_out, part_lse, num_splits, ps, ls, d, block_d) -> None:
+def split_buffers(out: torch.Tensor, num_splits: int):
+    """(partial outputs, partial log-sum-exps, their strides) for ``num_splits`` > 1; with one
+    split the kernel writes ``out`` directly and these are unused placeholders."""
+    if num_splits == 1:
+        return out, out, (0, 0, 0), (0, 0)
+    s, hq, d = out.shape
+    part_out = torch.empty((s, hq, num_splits, d), dtype=torch.float32, device=out.device)
+    part_lse = torch.empty((s, hq, num_splits), dtype=torch.float32, device=out.device)
+    return part_out, part_lse, part_out.stride()[:3], part_lse.stride()[:2]
+
+
+def merge_splits(out, part_out, part_lse, num_splits, ps, ls, d, block_d) -> None:
+    """Combine the splits' partial outputs into ``out`` (one program per sequence, query head)."""
     s, hq = out.shape[:2]
     _decode_merge_kernel[(s, hq)](
         out, part_out, part_lse, num_splits,

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_decode import _decode_merge_kernel, split_plan   # shared, unchanged
+from kernels.triton_decode import merge_splits, split_buffers, split_plan   # shared host side
 from kernels.triton_support import next_pow2
 
 @triton.jit
@@ -123,11 +123,10 @@ def _decode_split_kernel(
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float, max_context: int | None = None, *, num_splits: int | None = None,
-                           block_n: int | None = None) -> torch.Tensor:
-    """Drop-in for the reference (``max_context`` is accepted and ignored). ``num_splits`` / ``block_n`` override the heuristics (tests,
-    benchmarks). The split count is sized from the block table's width (an upper bound on the
-    longest context), so no device->host sync is needed."""
+                           scale: float, max_context: int | None = None, *,
+                           num_splits: int | None = None, block_n: int | None = None) -> torch.Tensor:
+    """Drop-in for the reference (``max_context`` is accepted and ignored: the split count is
+    sized from the block table's width). ``num_splits`` / ``block_n`` override the heuristics."""
     s, hq, d = q.shape
     nb, bs, hkv, dk = k_cache.shape
     assert dk == d and hq % hkv == 0, "q heads must be a multiple of kv heads, same head_dim"
@@ -147,15 +146,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     block_n, num_splits, tiles_per_split = split_plan(s, hkv, block_tables.shape[1] * bs, d,
                                                       q.device, num_splits, block_n)
     direct = num_splits == 1
-    if direct:
-        part_out = part_lse = out            # unused placeholders
-        ps = (0, 0, 0)
-        ls = (0, 0)
-    else:
-        part_out = torch.empty((s, hq, num_splits, d), dtype=torch.float32, device=q.device)
-        part_lse = torch.empty((s, hq, num_splits), dtype=torch.float32, device=q.device)
-        ps = part_out.stride()[:3]
-        ls = part_lse.stride()[:2]
+    part_out, part_lse, ps, ls = split_buffers(out, num_splits)
     _decode_split_kernel[(s, hkv, num_splits)](
         q, k_cache, v_cache, block_tables, context_lens,
         out, part_out, part_lse,
@@ -173,10 +164,5 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         num_warps=4,
     )
     if not direct:
-        _decode_merge_kernel[(s, hq)](
-            out, part_out, part_lse, num_splits,
-            out.stride(0), out.stride(1), ps[0], ps[1], ps[2], ls[0], ls[1],
-            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_SPLITS=max(2, next_pow2(num_splits)),
-            num_warps=4,
-        )
+        merge_splits(out, part_out, part_lse, num_splits, ps, ls, d, block_d)
     return out

@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.triton_prefill import _meta_tensors   # shared host side
 from kernels.triton_support import next_pow2
 
 
@@ -99,25 +100,6 @@ def _prefill_kernel(
     o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(out_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
              o.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])
-
-
-_HOST_META: dict = {}   # (query_start, context_lens, device) -> device tensors; one entry
-
-
-def _meta_tensors(query_start, context_lens, device):
-    """The host lists as int32 device tensors. Every layer of one forward pass passes the same
-    lists, so one cached entry saves a host->device copy per layer."""
-    if isinstance(query_start, torch.Tensor) and isinstance(context_lens, torch.Tensor):
-        return query_start.to(device=device, dtype=torch.int32), \
-            context_lens.to(device=device, dtype=torch.int32)
-    key = (tuple(int(x) for x in query_start), tuple(int(x) for x in context_lens), str(device))
-    hit = _HOST_META.get(key)
-    if hit is None:
-        hit = (torch.tensor(key[0], dtype=torch.int32, device=device),
-               torch.tensor(key[1], dtype=torch.int32, device=device))
-        _HOST_META.clear()
-        _HOST_META[key] = hit
-    return hit
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

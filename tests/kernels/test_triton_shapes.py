@@ -88,3 +88,18 @@ def test_prefill_fixed_tiles(device, block_m, block_n):
     with pytest.raises(ValueError, match="tl.dot"):
         triton_prefill.paged_prefill_attention(q, k_cache, v_cache, table, starts, lengths, 0.3,
                                                block_m=2, block_n=16)   # 2 x group 4 = 8 rows
+
+
+def test_autotune_configs_fit_the_shape(device):
+    """The GPU autotuner only tries Q tiles of >= 16 rows whose accumulator stays <= 128 x 128,
+    and always keeps one configuration."""
+    from kernels import triton_prefill
+    configs = triton_prefill._gpu_configs()
+    for group_p, block_d in [(1, 64), (4, 128), (8, 128), (16, 128), (1, 256)]:
+        kept = triton_prefill._prune(configs, {}, GROUP_P=group_p, BLOCK_D=block_d)
+        assert kept
+        rows = [c.kwargs["BLOCK_M"] * group_p for c in kept]
+        if len(kept) < len(configs) or group_p == 1:
+            assert all(r >= 16 for r in rows)
+    assert {c.kwargs["BLOCK_M"] for c in triton_prefill._prune(configs, {}, GROUP_P=8,
+                                                                BLOCK_D=128)} == {16}
