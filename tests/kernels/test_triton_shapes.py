@@ -95,11 +95,13 @@ def test_autotune_configs_fit_the_shape(device):
     and always keeps one configuration."""
     from kernels import triton_prefill
     configs = triton_prefill._gpu_configs()
-    for group_p, block_d in [(1, 64), (4, 128), (8, 128), (16, 128), (1, 256)]:
+    for group_p, block_d in [(1, 64), (4, 128), (8, 128), (1, 256)]:
         kept = triton_prefill._prune(configs, {}, GROUP_P=group_p, BLOCK_D=block_d)
         assert kept
-        rows = [c.kwargs["BLOCK_M"] * group_p for c in kept]
-        if len(kept) < len(configs) or group_p == 1:
-            assert all(r >= 16 for r in rows)
+        for c in kept:
+            rows = c.kwargs["BLOCK_M"] * group_p
+            assert rows >= 16 and rows * block_d <= 128 * 128
+    # nothing fits (a group of 16 with head dim 256): the first configuration is kept
+    assert triton_prefill._prune(configs, {}, GROUP_P=16, BLOCK_D=256) == configs[:1]
     assert {c.kwargs["BLOCK_M"] for c in triton_prefill._prune(configs, {}, GROUP_P=8,
                                                                 BLOCK_D=128)} == {16}
