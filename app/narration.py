@@ -104,8 +104,11 @@ def narrate(snapshot, previous=None, decode=None) -> str:
         else:
             out.append(f"Sampled {len(by['sample'])} new token(s).")
     if by["beam_prune"]:
-        out.append(f"Pruned beam {_seqs(e.seq_id for e in by['beam_prune'])[4:]}: lower score than the "
-                   "kept candidates; its blocks were released.")
+        ids = sorted({e.seq_id for e in by["beam_prune"]})
+        one = len(ids) == 1
+        out.append(f"Pruned {'beam' if one else 'beams'} {', '.join(map(str, ids))}: lower "
+                   f"score than the kept candidates; {'its' if one else 'their'} blocks were "
+                   "released.")
     if by["finish"]:
         reasons = defaultdict(list)
         for e in by["finish"]:

@@ -126,10 +126,9 @@ def _on_trace_upload() -> None:
 
 def _on_history() -> None:
     lab = st.session_state.lab
-    steps = [s.step for s in lab.snapshots()]
-    chosen = st.session_state.w_hist
-    if chosen in steps:
-        lab.show(steps.index(chosen))
+    chosen = st.session_state.w_hist          # a position in the history, not a step number
+    if isinstance(chosen, int) and 0 <= chosen < len(lab.snapshots()):
+        lab.show(chosen)
 
 
 # ---- sidebar -------------------------------------------------------------------------------
@@ -240,9 +239,11 @@ def history_slider(lab: Lab) -> None:
     if len(snaps) < 2:
         st.caption("History: only the initial state so far.")
         return
-    steps = [s.step for s in snaps]
-    st.session_state.w_hist = steps[lab.index()]
-    st.select_slider("History (step shown)", options=steps, key="w_hist", on_change=_on_history,
+    # keyed by position: an abort records a second snapshot with the same step number
+    labels = [f"{s.step} (abort)" if s.kind == "abort" else str(s.step) for s in snaps]
+    st.session_state.w_hist = lab.index()
+    st.select_slider("History (step shown)", options=list(range(len(snaps))), key="w_hist",
+                     format_func=labels.__getitem__, on_change=_on_history,
                      label_visibility="collapsed", help="scrub through the stored snapshots")
 
 

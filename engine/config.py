@@ -23,6 +23,7 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 4096
     max_history: int = 2000         # snapshots kept for stepping back (oldest dropped)
+    observe: bool = True            # snapshots, history and contiguous baselines after each step
 
     def __post_init__(self):
         problems = []
@@ -40,6 +41,8 @@ class EngineConfig:
             problems.append("preemption_mode='swap' needs swap space: set num_cpu_blocks > 0")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             problems.append(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if not isinstance(self.observe, bool):
+            problems.append(f"observe must be True or False, got {self.observe!r}")
         if not isinstance(self.kernel_fallback, bool):
             problems.append(f"kernel_fallback must be True or False, got {self.kernel_fallback!r}")
         if self.dtype not in DTYPES:

@@ -15,8 +15,13 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1              # -1 = off
     max_tokens: int = 16
-    beam_width: int = 1          # > 1 = beam search (vLLM v0 semantics)
+    beam_width: int = 1          # > 1 = beam search (transformers' scoring, vLLM v0's memory)
     length_penalty: float = 1.0  # beam score = cum_logprob / output_len ** length_penalty
+    # when beam search ends (transformers' generate): True = as soon as beam_width hypotheses
+    # are finished; False = when no running beam can still beat the worst finished one at its
+    # current length; "never" = the same, but a positive length_penalty assumes the best
+    # running beam could reach max_tokens (the canonical beam search)
+    early_stopping: bool | str = False
     seed: int | None = None
     stop: tuple[str, ...] | None = None
     ignore_eos: bool = False
@@ -53,6 +58,8 @@ class SamplingParams:
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
                                       or not 0 <= self.seed < 2 ** 63):
             p.append(f"seed must be None or an integer in [0, 2**63), got {self.seed!r}")
+        if not (isinstance(self.early_stopping, bool) or self.early_stopping == "never"):
+            p.append(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
         if self.stop is not None and any(not isinstance(s, str) or not s for s in self.stop):
             p.append("stop must be a list of non-empty strings")
         if not p and self.beam_width > 1:

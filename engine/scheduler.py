@@ -28,6 +28,27 @@ class ScheduledBatch:
     swap_out: list[tuple[int, int]] = field(default_factory=list)   # gpu -> cpu
 
 
+def fanout(g: SequenceGroup) -> int:
+    """Live sequences the group has once it has sampled: n (or beam_width) for a group that
+    has not fanned out yet, else the sequences it has."""
+    fresh = len(g.seqs) == 1 and not g.done_seqs and len(g.seqs[0].output_token_ids) == 0
+    return g.params.width if fresh else len(g.seqs)
+
+
+def first_decode_blocks(g: SequenceGroup, block_size: int) -> int:
+    """Fresh blocks the group's first decode after its prefill takes (0 if it finishes at the
+    prefill's sample). A fresh group with prompt P fans out to w sequences sharing P's blocks:
+    w new blocks if P ends on a block boundary, else w - 1 copy-on-write copies (the last
+    sharer writes in place). A recomputed group's sequences each own their partial last block."""
+    generated = max(len(s.output_token_ids) for s in g.seqs)
+    if generated + 1 >= g.params.max_tokens:
+        return 0
+    if fanout(g) != len(g.seqs):          # fresh n > 1 / beam group
+        boundary = g.seqs[0].num_tokens % block_size == 0
+        return g.params.width if boundary else g.params.width - 1
+    return sum(1 for s in g.seqs if s.num_tokens % block_size == 0)
+
+
 class Scheduler:
     def __init__(self, bm: BlockManager, preemption_mode: str, max_num_seqs: int,
                  max_num_batched_tokens: int, emit: Callable[[ev.Event], None]):
@@ -57,7 +78,9 @@ class Scheduler:
                 q.remove(group)
 
     def num_running_seqs(self) -> int:
-        return sum(len(g.seqs) for g in self.running)
+        """Running sequences, counting a group that has not fanned out yet (n > 1 or beams
+        before their first sample) at the width it will have after this step's sample."""
+        return sum(fanout(g) for g in self.running)
 
     # ---- the step's plan ---------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
@@ -94,22 +117,27 @@ class Scheduler:
         return mapping
 
     def _admit_prefills(self) -> ScheduledBatch | None:
+        """Admit waiting groups (arrival order) while the pool holds their prefill, the blocks
+        their first decode will need (a new block at a boundary, or the copy-on-write copies of
+        a group that fans out), and the next decode of everything already running -- so a
+        group admitted now is not preempted at the very next step."""
         batch = ScheduledBatch("prefill")
         tokens = 0
+        reserved = sum(self.bm.blocks_needed_for_append(r.seqs) for r in self.running)
         while self.waiting:
             g = self.waiting[0]
             first = g.seqs[0]
             need = sum(self.bm.blocks_needed_for_prefill(s, first if s is not first else None)
                        for s in g.seqs)
-            # keep one block spare for running requests, so admitting is not an instant preempt
-            watermark = 1 if (self.running or batch.groups) else 0
-            if need + watermark > self.bm.gpu.num_free:
+            then = first_decode_blocks(g, self.bm.block_size)
+            if need + then + reserved > self.bm.gpu.num_free:
                 break
             new_tokens = sum(s.num_tokens for s in g.seqs)
             if batch.groups and tokens + new_tokens > self.max_num_batched_tokens:
                 break
-            if self.num_running_seqs() + len(g.seqs) > self.max_num_seqs:
+            if self.num_running_seqs() + fanout(g) > self.max_num_seqs:
                 break
+            reserved += then
             self.waiting.pop(0)
             for s in g.seqs:
                 start = self.bm.allocate_for_prefill(s, first if s is not first else None)

@@ -85,6 +85,9 @@ class StepSnapshot:
     events: tuple[Event, ...]
     step_time_s: float
     accounting: tuple[Accounting, ...]   # paged first, then each contiguous baseline
+    # position among every snapshot the engine recorded (init = 0): unique even when an abort
+    # records a snapshot between two steps (with the step number of the step before it)
+    index: int = 0
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -103,6 +106,7 @@ class StepSnapshot:
             return cls(
                 **{k: d[k] for k in ("step", "kind", "model", "backend", "device", "block_size",
                                      "step_time_s")},
+                index=int(d.get("index", 0)),
                 sequences=tuple(SeqState(**tuples(x)) for x in d["sequences"]),
                 blocks=tuple(BlockState(**tuples(x)) for x in d["blocks"]),
                 cpu_blocks=tuple(BlockState(**tuples(x)) for x in d["cpu_blocks"]),
@@ -136,12 +140,12 @@ def _blocks(pool: BlockPool, owners: dict[int, list[int]], cache: dict) -> tuple
     return tuple(out)
 
 
-def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockManager,
+def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: BlockManager,
                    queues: tuple[int, int, int], events: tuple[Event, ...], step_time_s: float,
                    model: str, backend: str, device: str, bytes_per_block: int,
                    running_seqs: int, finished: int, baselines: tuple[Accounting, ...],
                    detailed: bool = True, done_cache: dict | None = None,
-                   block_cache: dict | None = None) -> StepSnapshot:
+                   block_cache: dict | None = None, index: int = 0) -> StepSnapshot:
     """``detailed=False`` (large length-only simulations) leaves out sequences and blocks.
     ``done_cache`` (seq_id -> SeqState) lets finished sequences be built once, not every step."""
     done_cache = {} if done_cache is None else done_cache
@@ -181,4 +185,4 @@ def build_snapshot(step: int, kind: str, groups: list[SequenceGroup], bm: BlockM
     return StepSnapshot(step, kind, model, backend, device, gpu.block_size, tuple(seqs),
                         _blocks(gpu, gpu_owners, block_cache) if detailed else (),
                         _blocks(cpu, cpu_owners, block_cache) if detailed else (), stats, events,
-                        step_time_s, accounting)
+                        step_time_s, accounting, index)

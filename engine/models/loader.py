@@ -92,6 +92,19 @@ def gpt2_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 _LOAD_LOCK = threading.Lock()
 
 
+def _with_generation_eos(spec: ModelSpec, path: Path) -> ModelSpec:
+    """generation_config.json's eos_token_id, when the file sets one, replaces config.json's
+    (transformers' generate reads the generation config; both may list several ids)."""
+    if not (path / "generation_config.json").exists():
+        return spec
+    from transformers import GenerationConfig
+    try:
+        gen = GenerationConfig.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}/generation_config.json could not be read: {exc}") from exc
+    return spec.with_eos(gen.eos_token_id) if gen.eos_token_id is not None else spec
+
+
 def load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
     """Load once per process (thread-safe: many browser sessions may start at once)."""
     with _LOAD_LOCK:
@@ -104,6 +117,7 @@ def _load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
 
     path = resolve_model_path(model)
     spec = ModelSpec.from_hf_config(AutoConfig.from_pretrained(str(path)))
+    spec = _with_generation_eos(spec, path)
     if spec.model_type == "gpt2":
         net = GPT2LMHeadModel(spec)
         state = gpt2_state_dict(_read_state_dict(path))

@@ -1,6 +1,7 @@
 """The architecture numbers our model code needs, read from a transformers config."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2")
@@ -16,6 +17,15 @@ def _context_len(cfg) -> int:
     if window and getattr(cfg, "use_sliding_window", True):
         n = min(n, window)
     return n
+
+
+def eos_ids(eos) -> tuple[int, ...]:
+    """A config's eos_token_id (None, an int or a list of ints) as a tuple of distinct ids."""
+    if eos is None:
+        return ()
+    if isinstance(eos, int):
+        return (eos,)
+    return tuple(dict.fromkeys(int(e) for e in eos))
 
 
 @dataclass(frozen=True)
@@ -34,12 +44,20 @@ class ModelSpec:
     tie_word_embeddings: bool
     attention_bias: bool
     o_proj_bias: bool
-    eos_token_id: int | None
+    eos_token_id: int | None            # the first of eos_token_ids (kept for display)
     bos_token_id: int | None
     # GPT-2 only (the Llama family uses SiLU and RoPE; these keep their defaults there)
     activation: str = "silu"
     attn_scale_inverse_layer: bool = False   # GPT-2 scale_attn_by_inverse_layer_idx
     scale_attn_weights: bool = True          # GPT-2: False = no 1/sqrt(head_dim)
+    # every id that ends generation: config.json's eos_token_id (an int or a list), replaced by
+    # generation_config.json's when that file sets one (transformers' generate reads it too)
+    eos_token_ids: tuple[int, ...] = ()
+
+    def with_eos(self, eos) -> "ModelSpec":
+        """The same spec with generation stopping on ``eos`` (an int, a list, or None)."""
+        ids = eos_ids(eos)
+        return dataclasses.replace(self, eos_token_ids=ids, eos_token_id=ids[0] if ids else None)
 
     @property
     def scale(self) -> float:
@@ -63,9 +81,7 @@ class ModelSpec:
             raise ValueError(f"unsupported activation {cfg.hidden_act!r} (only 'silu')")
         heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        eos = cfg.eos_token_id
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0] if eos else None
+        eos = eos_ids(cfg.eos_token_id)
         qkv_bias = mt == "qwen2" or bool(getattr(cfg, "attention_bias", False))
         return cls(
             model_type=mt, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
@@ -76,7 +92,8 @@ class ModelSpec:
             tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
             attention_bias=qkv_bias,
             o_proj_bias=mt != "qwen2" and bool(getattr(cfg, "attention_bias", False)),
-            eos_token_id=eos, bos_token_id=cfg.bos_token_id,
+            eos_token_id=eos[0] if eos else None, bos_token_id=cfg.bos_token_id,
+            eos_token_ids=eos,
         )
 
     @classmethod
@@ -96,9 +113,7 @@ class ModelSpec:
         hidden, heads = cfg.n_embd, cfg.n_head
         if hidden % heads:
             raise ValueError(f"n_embd {hidden} is not a multiple of n_head {heads}")
-        eos = cfg.eos_token_id
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0] if eos else None
+        eos = eos_ids(cfg.eos_token_id)
         return cls(
             model_type="gpt2", vocab_size=cfg.vocab_size, hidden_size=hidden,
             intermediate_size=getattr(cfg, "n_inner", None) or 4 * hidden,
@@ -107,8 +122,8 @@ class ModelSpec:
             max_model_len=cfg.n_positions,
             tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", True)),
             attention_bias=True, o_proj_bias=True,
-            eos_token_id=eos, bos_token_id=cfg.bos_token_id,
-            activation=act,
+            eos_token_id=eos[0] if eos else None, bos_token_id=cfg.bos_token_id,
+            eos_token_ids=eos, activation=act,
             attn_scale_inverse_layer=bool(getattr(cfg, "scale_attn_by_inverse_layer_idx", False)),
             scale_attn_weights=bool(getattr(cfg, "scale_attn_weights", True)),
         )

@@ -50,7 +50,9 @@ def test_cached_snapshot_parts_equal_a_fresh_build(tiny_llama):
     eng.add_request(list(range(30, 34)), SamplingParams(max_tokens=14, ignore_eos=True))
     while eng.has_unfinished_requests():
         snap = eng.step().snapshot
-        fresh = build_snapshot(snap.step, snap.kind, list(eng.groups.values()), eng.bm,
-                               (0, 0, 0), (), 0.0, "", "", "cpu", 0, 0, 0, ())
+        fresh = build_snapshot(step=snap.step, kind=snap.kind, groups=list(eng.groups.values()),
+                               bm=eng.bm, queues=(0, 0, 0), events=(), step_time_s=0.0,
+                               model="", backend="", device="cpu", bytes_per_block=0,
+                               running_seqs=0, finished=0, baselines=())
         assert snap.blocks == fresh.blocks and snap.cpu_blocks == fresh.cpu_blocks
         assert snap.sequences == fresh.sequences

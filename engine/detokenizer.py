@@ -1,0 +1,52 @@
+"""Incremental detokenization: each step decodes only around the newest token.
+
+Decoding a sequence's whole output every step costs O(length) per step (O(length²) per
+request). Instead each sequence keeps two offsets into its output ids, as vLLM's
+``detokenize_incrementally`` does: ``prefix`` (where the text already emitted was decoded from)
+and ``read`` (the first token not yet emitted). A step decodes ``ids[prefix:read]`` and
+``ids[prefix:]``; the difference is the new text. If the new text ends in U+FFFD, the newest
+token ends in the middle of a multi-byte character (byte-level BPE splits UTF-8): nothing is
+emitted and the next token completes it. The result equals decoding the whole output at once
+for byte-level tokenizers (tested on the default model).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_INCOMPLETE = "\ufffd"
+
+
+@dataclass
+class DetokState:
+    text: str = ""        # everything emitted so far
+    prefix: int = 0       # output index the last emitted chunk was decoded from
+    read: int = 0         # output ids before this index are in ``text``
+
+    def copy(self) -> "DetokState":
+        return DetokState(self.text, self.prefix, self.read)
+
+
+def detokenize_step(tokenizer, ids: list[int], state: DetokState) -> str:
+    """Advance ``state`` over the output ids ``ids``; returns the newly emitted text."""
+    if tokenizer is None:
+        return ""
+    before = tokenizer.decode(ids[state.prefix:state.read], skip_special_tokens=True)
+    after = tokenizer.decode(ids[state.prefix:], skip_special_tokens=True)
+    if len(after) <= len(before) or after.endswith(_INCOMPLETE):
+        return ""             # a special token (skipped) or half a character: wait
+    new = after[len(before):]
+    state.text += new
+    state.prefix, state.read = state.read, len(ids)
+    return new
+
+
+def detokenize_flush(tokenizer, ids: list[int], state: DetokState) -> str:
+    """At the end of a sequence: emit whatever is pending, even half a character (as decoding
+    the whole output would show it)."""
+    if tokenizer is None or state.read >= len(ids):
+        return state.text
+    before = tokenizer.decode(ids[state.prefix:state.read], skip_special_tokens=True)
+    after = tokenizer.decode(ids[state.prefix:], skip_special_tokens=True)
+    state.text += after[len(before):]
+    state.prefix = state.read = len(ids)
+    return state.text

@@ -1,0 +1,91 @@
+"""Requests in: tokenization and validation, before anything in the engine changes.
+
+A request "fits" when its worst case fits the pool: the prompt's full blocks shared by all its
+sequences, plus each live sequence's own blocks for the rest of its longest possible length.
+That length is ``prompt + max_tokens - 1`` tokens of K/V, not ``prompt + max_tokens``: the
+last sampled token is returned but never fed back, so its K/V is never written (DESIGN §2).
+"""
+from __future__ import annotations
+
+from engine.config import EngineConfig
+from engine.models.spec import ModelSpec
+from engine.sampling_params import SamplingParams
+
+
+def kv_tokens_at_most(prompt_len: int, max_tokens: int) -> int:
+    """Most tokens one sequence of this request ever holds in the KV cache."""
+    return prompt_len + max_tokens - 1
+
+
+def blocks_needed_worst_case(prompt_len: int, params: SamplingParams, block_size: int) -> int:
+    """Blocks one request can hold at its longest: the prompt's full blocks shared, every live
+    sequence owning the rest of its blocks."""
+    shared = prompt_len // block_size
+    per_seq = -(-kv_tokens_at_most(prompt_len, params.max_tokens) // block_size) - shared
+    return shared + params.width * per_seq
+
+
+class InputProcessor:
+    def __init__(self, spec: ModelSpec, tokenizer, config: EngineConfig):
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.config = config
+
+    @property
+    def max_model_len(self) -> int:
+        return self.spec.max_model_len
+
+    def tokenize(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("the prompt is empty")
+            if self.tokenizer is None:
+                raise ValueError("this model has no tokenizer: give the prompt as a list of token ids")
+            ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+            if self.spec.bos_token_id is not None and getattr(self.tokenizer, "add_bos_token", False):
+                ids = [self.spec.bos_token_id] + ids
+            if not ids:
+                raise ValueError("the prompt is empty after tokenization")
+            return ids
+        if isinstance(prompt, (list, tuple)):
+            if not prompt:
+                raise ValueError("the prompt is empty")
+            bad = [t for t in prompt if not isinstance(t, int) or isinstance(t, bool)
+                   or not 0 <= t < self.spec.vocab_size]
+            if bad:
+                raise ValueError(f"prompt token ids must be integers in [0, {self.spec.vocab_size}); "
+                                 f"got {bad[:5]}")
+            return list(prompt)
+        raise ValueError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}")
+
+    def check(self, prompt: str | list[int], params: SamplingParams | None
+              ) -> tuple[list[int], SamplingParams]:
+        """Validate a request without touching any state; returns (token ids, params)."""
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError("params must be a SamplingParams")
+        ids = self.tokenize(prompt)
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is "
+                             f"{self.max_model_len} tokens")
+        if len(ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                             f"the model's context of {self.max_model_len} tokens")
+        if params.beam_width > 1 and 2 * params.beam_width > self.spec.vocab_size:
+            raise ValueError(f"beam_width {params.beam_width} is too large for a vocabulary of "
+                             f"{self.spec.vocab_size}")
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer (this model has none)")
+        cfg = self.config
+        need = blocks_needed_worst_case(len(ids), params, cfg.block_size)
+        if need > cfg.num_gpu_blocks:
+            width = f" x {params.width} sequences" if params.width > 1 else ""
+            raise ValueError(
+                f"this request can need {need} KV blocks ({len(ids)} prompt + {params.max_tokens} "
+                f"new tokens{width}, block_size {cfg.block_size}) but the pool has only "
+                f"{cfg.num_gpu_blocks}: it could never run. Raise num_gpu_blocks or lower "
+                "max_tokens / n / beam_width.")
+        if params.width > cfg.max_num_seqs:
+            raise ValueError(f"n/beam_width {params.width} exceeds max_num_seqs "
+                             f"{cfg.max_num_seqs}")
+        return ids, params

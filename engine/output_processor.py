@@ -1,0 +1,218 @@
+"""Sampled tokens in, sequences out: append, fork (n > 1), stop checks, finish, the beam step.
+
+After the forward pass every scheduled group asks for tokens (engine/sampler.py answers all of
+them on the logits' device at once); this module applies the answers:
+- greedy / sampled sequences append their token; an n > 1 group forks its n samples from the
+  prompt's sequence at its first sample (vLLM v0: the children share every block);
+- a sequence stops at ``max_tokens``, at any EOS id the model lists, or when its text contains
+  a stop string (vLLM's semantics: the text is cut before the stop string; the tokens stay);
+- beam search: transformers' scoring (``generate(num_beams=k)``: cumulative logprob, the best
+  ``max(2, 1 + #EOS) * k`` extensions looked at, an EOS or stop-string extension ranked within
+  the top k becomes a finished hypothesis, ``length_penalty``, ``early_stopping``) with vLLM
+  v0's memory rules (survivors fork from their parent and share its blocks; pruned beams free
+  theirs in the same step).
+Text is detokenized incrementally (engine/detokenizer.py) and stop strings are searched only in
+the tail the new token could complete.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from engine import events as ev
+from engine.beam_search import beam_score, is_done, num_candidates, select_candidates
+from engine.block_manager import BlockManager
+from engine.detokenizer import DetokState, detokenize_flush, detokenize_step
+from engine.outputs import CompletionOutput, RequestOutput
+from engine.sampler import BeamAsk, TokenAsk, sample_step
+from engine.scheduler import ScheduledBatch
+from engine.sequence import Sequence, SequenceGroup, SeqStatus
+
+
+def find_stop(text: str, new: str, stops) -> int | None:
+    """Where the earliest stop string that ends inside the newly emitted text starts, or None.
+    Only ``text``'s last ``len(new) + longest stop - 1`` characters can hold one that the
+    previous steps have not seen already."""
+    if not new or not stops:
+        return None
+    start = max(0, len(text) - len(new) - max(map(len, stops)) + 1)
+    hits = [i for i in (text.find(x, start) for x in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+class OutputProcessor:
+    def __init__(self, bm: BlockManager, eos_token_ids: tuple[int, ...], tokenizer,
+                 emit: Callable[[ev.Event], None], new_seq_id: Callable[[], int]):
+        self.bm = bm
+        self.eos = frozenset(eos_token_ids)
+        self.tokenizer = tokenizer
+        self.emit = emit
+        self.new_seq_id = new_seq_id
+        self._detok: dict[int, DetokState] = {}     # seq_id -> incremental text state
+
+    # ---- one step's outputs -------------------------------------------------------------
+    def process(self, batch: ScheduledBatch, logits: torch.Tensor, step_no: int) -> list[str]:
+        """Apply this step's samples; returns the request ids that finished."""
+        rows = {s.seq_id: i for i, s in enumerate(batch.seqs)}
+        work = []
+        for g in batch.groups:
+            live = [s for s in g.seqs if s.seq_id in rows]
+            if not live:
+                continue
+            p = g.params
+            if p.use_beam_search:
+                eos = 0 if p.ignore_eos else len(self.eos)
+                asks = [BeamAsk([rows[s.seq_id] for s in live], [s.cumulative_logprob for s in live],
+                                num_candidates(p.beam_width, eos))]
+            elif p.n > 1 and not g.forked:
+                asks = [TokenAsk(rows[live[0].seq_id], p.n, p, g.generator)]
+            else:
+                asks = [TokenAsk(rows[s.seq_id], 1, p, g.generator) for s in live]
+            work.append((g, live, asks))
+        answers = iter(sample_step(logits, [a for _, _, asks in work for a in asks]))
+        finished = []
+        for g, live, asks in work:
+            got = [next(answers) for _ in asks]
+            if g.params.use_beam_search:
+                self._beam_step(g, live, got[0], step_no)
+            elif g.params.n > 1 and not g.forked:
+                parent, picks = live[0], got[0]
+                children = [parent] + [self._fork(g, parent, step_no) for _ in picks[1:]]
+                g.forked = True
+                for child, (tok, lp) in zip(children, picks):
+                    self._append(g, child, tok, lp)
+            else:
+                for s, picks in zip(live, got):
+                    self._append(g, s, *picks[0])
+            if g.is_finished:
+                finished.append(g.request_id)
+        return finished
+
+    def _fork(self, g: SequenceGroup, parent: Sequence, step_no: int) -> Sequence:
+        child = Sequence(self.new_seq_id(), g.request_id, list(parent.token_ids),
+                         parent.prompt_len, parent_seq_id=parent.seq_id, born_step=step_no + 1,
+                         status=parent.status, cumulative_logprob=parent.cumulative_logprob,
+                         output_text=parent.output_text)
+        self.bm.fork(parent, child)
+        self._detok[child.seq_id] = self._state(parent).copy()
+        g.seqs.append(child)
+        return child
+
+    def _state(self, s: Sequence) -> DetokState:
+        state = self._detok.get(s.seq_id)
+        if state is None:
+            state = self._detok[s.seq_id] = DetokState()
+        return state
+
+    def _emit_text(self, s: Sequence) -> str:
+        """Detokenize the newest token; returns the new text (and updates output_text)."""
+        state = self._state(s)
+        new = detokenize_step(self.tokenizer, s.output_token_ids, state)
+        s.output_text = state.text
+        return new
+
+    def _append(self, g: SequenceGroup, s: Sequence, token: int, logprob: float) -> None:
+        s.token_ids.append(token)
+        s.cumulative_logprob += logprob
+        self.emit(ev.Sample(s.seq_id, token, logprob))
+        new = self._emit_text(s)
+        p = g.params
+        if len(s.output_token_ids) >= p.max_tokens:
+            self.finish(g, s, "length")
+        elif not p.ignore_eos and token in self.eos:
+            self.finish(g, s, "stop")
+        elif p.stop:
+            at = find_stop(s.output_text, new, p.stop)
+            if at is not None:
+                self.finish(g, s, "stop", text=s.output_text[:at])
+
+    def finish(self, g: SequenceGroup, s: Sequence, reason: str,
+               status: SeqStatus = SeqStatus.FINISHED, text: str | None = None) -> None:
+        """End a live sequence: free its blocks, record why; ``text`` overrides its final text
+        (a stop string cuts it), else any pending half character is flushed."""
+        if text is None and status == SeqStatus.FINISHED:
+            text = detokenize_flush(self.tokenizer, s.output_token_ids, self._state(s))
+        if text is not None:
+            s.output_text = text
+        self.bm.free(s)
+        s.status = status
+        s.finish_reason = reason
+        g.seqs.remove(s)
+        g.done_seqs.append(s)
+        self._detok.pop(s.seq_id, None)
+        self.emit((ev.BeamPrune if status == SeqStatus.PRUNED else ev.Finish)(s.seq_id, reason))
+
+    # ---- beam search --------------------------------------------------------------------
+    def _stopping(self, g: SequenceGroup, parent: Sequence, token: int):
+        """Does extending ``parent`` by ``token`` end a hypothesis? (False, or the finished
+        hypothesis's text: EOS keeps the text, a stop string cuts it.)"""
+        p = g.params
+        eos = not p.ignore_eos and token in self.eos
+        if not (eos or p.stop):
+            return False
+        ids = parent.output_token_ids + [token]
+        state = self._state(parent).copy()
+        new = detokenize_step(self.tokenizer, ids, state)
+        if eos:
+            return detokenize_flush(self.tokenizer, ids, state)
+        at = find_stop(state.text, new, p.stop)
+        return state.text[:at] if at is not None else False
+
+    def _beam_step(self, g: SequenceGroup, live: list[Sequence],
+                   ranked: list[tuple[int, int, float]], step_no: int) -> None:
+        p = g.params
+        out_len = len(live[0].output_token_ids) + 1        # every live beam, after this token
+        ends = [self._stopping(g, live[parent], tok) for parent, tok, _ in ranked]
+        running, new_finished = select_candidates(ranked, p.beam_width, ends)
+        for c, text in new_finished:     # a finished hypothesis is kept as data: no blocks
+            parent = live[c.parent]
+            hyp = Sequence(self.new_seq_id(), g.request_id, parent.token_ids + [c.token_id],
+                           parent.prompt_len, parent_seq_id=parent.seq_id,
+                           born_step=step_no + 1, status=SeqStatus.FINISHED,
+                           cumulative_logprob=c.cum_logprob, finish_reason="stop",
+                           output_text=text)
+            g.done_seqs.append(hyp)
+            self.emit(ev.Finish(hyp.seq_id, "stop"))
+        # survivors: a parent's first child continues in the parent's own sequence; further
+        # children fork from it (sharing all its blocks); parents with no child are pruned
+        by_parent: dict[int, list] = {}
+        for c in running:
+            by_parent.setdefault(c.parent, []).append(c)
+        updates = []
+        for idx, cands in by_parent.items():
+            parent = live[idx]
+            updates += [(self._fork(g, parent, step_no), c, parent.cumulative_logprob)
+                        for c in cands[1:]]
+            updates.append((parent, cands[0], parent.cumulative_logprob))
+        for idx, s in enumerate(live):
+            if idx not in by_parent:
+                self.finish(g, s, "pruned", SeqStatus.PRUNED)
+        for s, c, parent_cum in updates:
+            s.token_ids.append(c.token_id)
+            s.cumulative_logprob = c.cum_logprob
+            self.emit(ev.Sample(s.seq_id, c.token_id, c.cum_logprob - parent_cum))
+            self._emit_text(s)
+        hyp_scores = [beam_score(h.cumulative_logprob, len(h.output_token_ids), p.length_penalty)
+                      for h in g.done_seqs if h.status == SeqStatus.FINISHED]
+        best_running = max((s.cumulative_logprob for s in g.seqs), default=None)
+        if (out_len >= p.max_tokens or best_running is None
+                or is_done(hyp_scores, best_running, out_len, p)):
+            for s in list(g.seqs):
+                self.finish(g, s, "length" if out_len >= p.max_tokens else "beam_done")
+
+    # ---- results ------------------------------------------------------------------------
+    @staticmethod
+    def request_output(g: SequenceGroup) -> RequestOutput:
+        p = g.params
+        if p.use_beam_search:
+            hyps = [s for s in g.done_seqs if s.status == SeqStatus.FINISHED] + g.seqs
+            hyps.sort(key=lambda s: -beam_score(s.cumulative_logprob, len(s.output_token_ids),
+                                               p.length_penalty))
+            chosen = hyps[:p.beam_width]
+        else:
+            chosen = sorted((s for s in g.all_seqs() if s.status != SeqStatus.PRUNED),
+                            key=lambda s: s.seq_id)
+        outs = [CompletionOutput(i, s.output_text, list(s.output_token_ids), s.cumulative_logprob,
+                                 s.finish_reason, s.seq_id) for i, s in enumerate(chosen)]
+        return RequestOutput(g.request_id, g.prompt, list(g.prompt_token_ids), outs, g.is_finished)
