@@ -58,7 +58,7 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
              "gives three of them a private copy; the full blocks stay shared.",
              Settings("parallel", prompts=_JULIET, n=4, temperature=0.8, max_tokens=16,
                       block_size=8, num_gpu_blocks=32)),
-    Scenario("beam", "Beam search (width 3, vLLM v0 semantics)",
+    Scenario("beam", "Beam search (width 3: transformers' scoring, vLLM v0 memory)",
              "Each step keeps the 3 best candidates: a surviving beam forks (sharing all blocks of "
              "its parent), a pruned beam frees its blocks, and a fork that writes into a shared "
              "block triggers copy-on-write.",

@@ -67,8 +67,9 @@ HOW_TO_READ = {
                 "copied before a write, `free` = a block's refcount reached 0.",
     "tree": "One line per sequence from the step it was born to the step it ended; a grey "
             "diagonal joins a forked child to its parent. Beam search keeps the best *width* "
-            "candidates each step (vLLM v0 semantics): survivors fork, pruned beams (dashed, ×) "
-            "free their blocks, finished hypotheses end in a star.",
+            "candidates each step, scored as transformers' `generate(num_beams=...)` scores them "
+            "(length_penalty, early_stopping); memory follows vLLM v0: survivors fork, pruned "
+            "beams (dashed, ×) free their blocks, finished hypotheses end in a star.",
     "waste": "The same requests replayed on contiguous allocators (vLLM paper, Fig. 2): **Max** "
              "reserves the model's whole context per sequence, **Pow2** the next power of two ≥ "
              "prompt+output, **Oracle** exactly prompt+output. Slots are token states (hold a "
@@ -146,7 +147,8 @@ def sidebar(lab: Lab) -> None:
             a, b = st.columns(2)
             a.number_input("n (samples)", key="w_n", step=1)
             b.number_input("beam width", key="w_beam_width", step=1,
-                           help="> 1 = beam search (vLLM v0 semantics); needs temperature 0")
+                           help="> 1 = beam search: transformers' scoring, vLLM v0's memory rules "
+                                "(survivors fork, pruned beams free blocks); needs temperature 0")
             a.number_input("temperature", key="w_temperature", step=0.1, format="%.2f")
             b.number_input("max tokens", key="w_max_tokens", step=1)
             a.number_input("block size", key="w_block_size", step=1,

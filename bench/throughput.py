@@ -1,9 +1,11 @@
 """Engine output tokens/s vs transformers' generate, same model, same requests, same device.
 
-Each round runs the same prompts (token ids) through our engine (paged KV cache, continuous
-batching) and through transformers' generate (its own contiguous cache, one left-padded batch),
-interleaved so machine noise hits both alike; every request generates exactly --max-tokens
-tokens in both (greedy, EOS ignored). Also prints the engine's decode-step latency median / p90.
+Each round runs the same prompts (token ids) through our engine twice -- with observers off
+(``EngineConfig(observe=False)``: plain generation, no snapshots or baselines) and on (what the
+page runs: a snapshot and the contiguous baselines after every step) -- and through
+transformers' generate (its own contiguous cache, one left-padded batch), interleaved so machine
+noise hits all alike; every request generates exactly --max-tokens tokens (greedy, EOS
+ignored). Also prints the engine's decode-step latency median / p90 (observers off).
 
 Models: ``default`` (the embedded model), any local HF folder, or ``random-1b``: a random-weight
 Llama with Llama-3.2-1B's shapes (2048 hidden, 16 layers, 32/8 heads, 128k vocabulary), built
@@ -80,7 +82,7 @@ def run_engine(eng: Engine, prompts: list[list[int]], max_tokens: int) -> tuple[
     while eng.has_unfinished_requests():
         r = eng.step()
         if r.kind == "decode":
-            steps.append(r.snapshot.step_time_s)
+            steps.append(r.step_time_s)
     sync(eng.device)
     return time.perf_counter() - t0, steps
 
@@ -116,31 +118,41 @@ def bench_model(model: str, args, device: str, dtype_name: str) -> list[dict]:
     pad = 0
     total_tokens = max(len(p) for p in prompt_ids(model, path, 8)) + args.max_tokens
     blocks = max(args.batch) * (-(-total_tokens // 16)) + 64
-    eng = Engine(EngineConfig(model=path, block_size=16, num_gpu_blocks=blocks, device=device,
-                              dtype=dtype_name, max_history=8))
+    engines = {observe: Engine(EngineConfig(model=path, block_size=16, num_gpu_blocks=blocks,
+                                            device=device, dtype=dtype_name, max_history=8,
+                                            observe=observe))
+               for observe in (False, True)}
     rows = []
     for batch in args.batch:
         prompts = prompt_ids(model, path, batch)
-        run_engine(eng, prompts[:1], 2)                  # warm-up: kernels compile / autotune
+        for eng in engines.values():                     # warm-up: kernels compile / autotune
+            run_engine(eng, prompts[:1], 2)
         run_hf(hf, prompts[:1], 2, device, pad)
-        ours, theirs, steps = [], [], []
+        ours = {False: [], True: []}
+        theirs, steps = [], []
         for _ in range(args.rounds):
-            t, s = run_engine(eng, prompts, args.max_tokens)
-            ours.append(t)
-            steps += s
+            for observe, eng in engines.items():
+                t, s = run_engine(eng, prompts, args.max_tokens)
+                ours[observe].append(t)
+                if not observe:
+                    steps += s
             theirs.append(run_hf(hf, prompts, args.max_tokens, device, pad))
         tokens = batch * args.max_tokens
-        row = {"model": model, "batch": batch, "engine_tok_s": tokens / statistics.median(ours),
+        row = {"model": model, "batch": batch,
+               "engine_tok_s": tokens / statistics.median(ours[False]),
+               "engine_observed_tok_s": tokens / statistics.median(ours[True]),
                "transformers_tok_s": tokens / statistics.median(theirs),
                "step_ms_median": 1e3 * statistics.median(steps),
                "step_ms_p90": 1e3 * sorted(steps)[int(0.9 * (len(steps) - 1))],
-               "backend": eng.backend_label, "dtype": dtype_name}
+               "backend": engines[False].backend_label, "dtype": dtype_name}
         row["ratio"] = row["engine_tok_s"] / row["transformers_tok_s"]
+        row["observed_ratio"] = row["engine_observed_tok_s"] / row["transformers_tok_s"]
         rows.append(row)
         print(f"{model:>10} {batch:>5} {row['engine_tok_s']:>13.1f} "
-              f"{row['transformers_tok_s']:>19.1f} {row['ratio']:>6.2f} "
+              f"{row['engine_observed_tok_s']:>14.1f} {row['transformers_tok_s']:>19.1f} "
+              f"{row['ratio']:>6.2f} {row['observed_ratio']:>9.2f} "
               f"{row['step_ms_median']:>15.2f} {row['step_ms_p90']:>12.2f}", flush=True)
-    del eng, hf
+    del engines, hf
     if tmp is not None:
         tmp.cleanup()
     return rows
@@ -165,8 +177,9 @@ def main() -> None:
     name = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
     print(f"device={name} dtype={dtype} threads={torch.get_num_threads()} "
           f"max_tokens={args.max_tokens} rounds={args.rounds} (interleaved)")
-    print(f"{'model':>10} {'batch':>5} {'engine tok/s':>13} {'transformers tok/s':>19} {'ratio':>6} "
-          f"{'step ms median':>15} {'step ms p90':>12}")
+    print(f"{'model':>10} {'batch':>5} {'engine tok/s':>13} {'observed tok/s':>14} "
+          f"{'transformers tok/s':>19} {'ratio':>6} {'obs ratio':>9} {'step ms median':>15} "
+          f"{'step ms p90':>12}")
     rows = []
     for model in args.model:
         rows += bench_model(model, args, device, dtype)

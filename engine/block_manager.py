@@ -9,6 +9,12 @@ This is where every memory event is born. Rules (DESIGN §4):
   The last sharer (ref_count == 1) writes in place. Full blocks are never written again.
 - Freeing releases blocks in reverse table order, so the LRU free queue evicts a sequence's
   tail blocks before the prefix blocks other requests are likelier to share.
+- A table records the pool it points into (``seq.block_device``), set here whenever a table is
+  built, copied, moved or cleared. ``pool_of`` reads only that, never the status: the scheduler
+  changes statuses, and a status set a line too early must not make a free decref the other
+  pool's blocks.
+- Block hashes are the full sha256 hex digest: a collision would silently serve another
+  prefix's K/V, and a 64-bit truncation leaves only a ~2^32-block birthday bound.
 """
 from __future__ import annotations
 
@@ -22,9 +28,12 @@ from engine.sequence import Sequence, SeqStatus
 
 
 def hash_block(parent_hash: str, token_ids: list[int]) -> str:
-    """Chained content hash of a full block: equal hashes mean equal whole prefixes."""
+    """Chained content hash of a full block: equal hashes mean equal whole prefixes.
+
+    The whole 64-hex-char digest, never truncated (DESIGN §4). A hex str, not bytes, so events,
+    snapshots and traces stay JSON-serialisable. ``parent_hash`` is "" for a first block."""
     data = parent_hash.encode() + array("q", token_ids).tobytes()
-    return hashlib.sha256(data).hexdigest()[:16]
+    return hashlib.sha256(data).hexdigest()
 
 
 class BlockManager:
@@ -38,15 +47,20 @@ class BlockManager:
         self.pending_copies: list[tuple[int, int]] = []   # CoW (src, dst) for this step
 
     def pool_of(self, seq: Sequence) -> BlockPool:
-        return self.cpu if seq.status == SeqStatus.SWAPPED else self.gpu
+        """The pool ``seq``'s block table points into: the one stored with the table."""
+        return {"gpu": self.gpu, "cpu": self.cpu}[seq.block_device]
+
+    @staticmethod
+    def _parent_hash(seq: Sequence, logical: int) -> str:
+        return seq.block_hashes[logical - 1] if logical else ""
 
     # ---- prefix hashes -------------------------------------------------------------------
     def _update_hashes(self, seq: Sequence) -> None:
         bs = self.block_size
         while len(seq.block_hashes) < len(seq.token_ids) // bs:
             i = len(seq.block_hashes)
-            parent = seq.block_hashes[-1] if i else ""
-            seq.block_hashes.append(hash_block(parent, seq.token_ids[i * bs:(i + 1) * bs]))
+            seq.block_hashes.append(hash_block(self._parent_hash(seq, i),
+                                               seq.token_ids[i * bs:(i + 1) * bs]))
 
     def _prefix_hits(self, seq: Sequence) -> list[int]:
         """Cached blocks matching the prompt's leading full blocks. At least one token is left
@@ -93,6 +107,7 @@ class BlockManager:
         stores the whole batch's K/V before it attends."""
         assert not seq.block_table, f"seq {seq.seq_id} already holds blocks"
         bs = self.block_size
+        seq.block_device = "gpu"
         shared = self._shared_prefix(share_with, seq)
         if shared:
             for b in share_with.block_table[:shared]:
@@ -111,7 +126,7 @@ class BlockManager:
             b = self._allocate(seq, i)
             self.gpu.write(b, seq.token_ids[i * bs:(i + 1) * bs])
             if self.caching and len(self.gpu.tokens[b]) == bs:
-                self.gpu.register(b, seq.block_hashes[i])
+                self.gpu.register(b, seq.block_hashes[i], self._parent_hash(seq, i))
         seq.num_computed = reused * bs
         return seq.num_computed
 
@@ -150,6 +165,7 @@ class BlockManager:
 
     def append_slot(self, seq: Sequence) -> int:
         """Reserve the slot for the sequence's newest token (CoW if needed); returns flat slot."""
+        assert seq.block_device == "gpu", f"seq {seq.seq_id} appends while its blocks are on the cpu"
         bs = self.block_size
         pos = seq.num_computed
         logical, offset = divmod(pos, bs)
@@ -172,13 +188,14 @@ class BlockManager:
         self.emit(ev.Append(seq.seq_id, token, logical, b, b * bs + offset))
         if self.caching and offset == bs - 1:
             self._update_hashes(seq)
-            self.gpu.register(b, seq.block_hashes[logical])
+            self.gpu.register(b, seq.block_hashes[logical], self._parent_hash(seq, logical))
         return b * bs + offset
 
     # ---- fork / free ---------------------------------------------------------------------
     def fork(self, parent: Sequence, child: Sequence) -> None:
         pool = self.pool_of(parent)
         child.block_table = list(parent.block_table)
+        child.block_device = parent.block_device
         for b in child.block_table:
             pool.incref(b)
         child.num_computed = parent.num_computed
@@ -191,6 +208,7 @@ class BlockManager:
             if pool.decref(b):
                 self.emit(ev.Free(b, pool.block_hash[b] is not None, pool.device))
         seq.block_table = []
+        seq.block_device = "gpu"        # an empty table; the next one is built on the GPU
         seq.num_computed = 0
 
     # ---- swap --------------------------------------------------------------------------
@@ -225,12 +243,13 @@ class BlockManager:
                 if src.decref(b):
                     self.emit(ev.Free(b, src.block_hash[b] is not None, src.device))
             seq.block_table = table
+            seq.block_device = dst.device
             seq.status = status
         if self.caching and dst is self.gpu:
             for seq in seqs:
                 for i, h in enumerate(seq.block_hashes[:len(seq.block_table)]):
                     if len(dst.tokens[seq.block_table[i]]) == self.block_size:
-                        dst.register(seq.block_table[i], h)
+                        dst.register(seq.block_table[i], h, self._parent_hash(seq, i))
         return list(mapping.items())
 
     def swap_out(self, seqs: list[Sequence]) -> list[tuple[int, int]]:

@@ -9,6 +9,9 @@ Invariants (kept by every method here, checked by ``Engine.check_invariants``):
 - ``cached[h] == b`` iff ``block_hash[b] == h``; only full blocks are hashed. A cached block whose
   refcount drops to 0 stays in the map (and keeps its tokens) until it is reallocated: the free
   queue is LRU-ordered, so the least recently released block is evicted first.
+- A hashed block remembers the hash it was chained from: ``block_hash[b] ==
+  hash_block(parent_hash[b], tokens[b])``. The predecessor block may be evicted while ``b`` stays
+  cached, so this is what lets the prefix cache be checked sound at any time.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ class BlockPool:
         self.device = device
         self.ref_count = [0] * num_blocks
         self.tokens: list[list[int]] = [[] for _ in range(num_blocks)]
-        self.block_hash: list[str | None] = [None] * num_blocks
+        self.block_hash: list[str | None] = [None] * num_blocks    # full sha256 hex digest
+        self.parent_hash: list[str | None] = [None] * num_blocks   # "" for a first block
         self.version = [0] * num_blocks
         self.cached: dict[str, int] = {}
         # LRU order: allocate from the front, release to the back.
@@ -42,6 +46,7 @@ class BlockPool:
         if evicted is not None:
             del self.cached[evicted]
             self.block_hash[b] = None
+            self.parent_hash[b] = None
         self.tokens[b] = []
         self.ref_count[b] = 1
         return b, evicted
@@ -64,12 +69,14 @@ class BlockPool:
         self.free_queue[b] = None
         return True
 
-    def register(self, b: int, block_hash: str) -> None:
-        """Offer a full block to the prefix cache (the first block with a given hash wins)."""
+    def register(self, b: int, block_hash: str, parent_hash: str) -> None:
+        """Offer a full block to the prefix cache (the first block with a given hash wins).
+        ``block_hash`` is chained from ``parent_hash``, the previous block's hash ("" if none)."""
         if block_hash not in self.cached and self.block_hash[b] is None:
             self.version[b] += 1
             self.cached[block_hash] = b
             self.block_hash[b] = block_hash
+            self.parent_hash[b] = parent_hash
 
     def write(self, b: int, token_ids: list[int]) -> None:
         """Record the tokens whose K/V this step stores into ``b`` (appended in slot order)."""

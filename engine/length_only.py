@@ -11,6 +11,7 @@ import torch
 
 class SyntheticRunner:
     bytes_per_block = 0
+    device, dtype, backend, ops = "cpu", torch.float32, "none", None
 
     def __init__(self, vocab_size: int, seed: int):
         self.vocab_size = vocab_size

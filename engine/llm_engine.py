@@ -20,7 +20,6 @@ from engine.input_processor import InputProcessor, blocks_needed_worst_case
 from engine.invariants import check_invariants
 from engine.length_only import SyntheticRunner
 from engine.model_runner import ModelRunner
-from engine.models.loader import load_model
 from engine.models.spec import ModelSpec
 from engine.observers import ContiguousBaselines, SnapshotRecorder, StepRecord
 from engine.outputs import RequestOutput
@@ -29,9 +28,6 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceGroup
 from engine.snapshot import StepSnapshot
-from kernels import get_ops, resolve_backend
-
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -41,18 +37,7 @@ class StepResult:
     events: tuple[ev.Event, ...]
     snapshot: StepSnapshot | None    # None when the engine runs without observers
     finished: tuple[str, ...]        # request ids that finished in this step
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError("device='cuda' was requested but CUDA is not available")
-        index = int(device.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
-    return device
+    step_time_s: float = 0.0         # schedule + model + outputs (observers not included)
 
 
 class Engine:
@@ -61,23 +46,15 @@ class Engine:
         """``spec`` + ``runner`` replace the model (Engine.length_only); otherwise the model is
         loaded from ``config.model``."""
         config = config or EngineConfig()
-        tokenizer, model_path = None, "(length-only)"
         if runner is None:
-            device = resolve_device(config.device)
-            dtype = config.dtype if config.dtype != "auto" else (
-                "bfloat16" if device.startswith("cuda") else "float32")
-            self.dtype = _DTYPES[dtype]
-            self.backend = resolve_backend(config.backend, device)
-            loaded = load_model(config.model, device, self.dtype)
-            spec, tokenizer, model_path = loaded.spec, loaded.tokenizer, loaded.path
-            runner = ModelRunner(loaded, config.num_gpu_blocks, config.num_cpu_blocks,
-                                 config.block_size, device, self.dtype,
-                                 get_ops(self.backend, fallback=config.kernel_fallback))
+            runner = ModelRunner.from_config(config)
+            spec, tokenizer, model_path = runner.spec, runner.loaded.tokenizer, runner.loaded.path
         else:
-            device, self.dtype, self.backend = "cpu", torch.float32, "none"
-        self.config, self.device, self.spec, self.tokenizer = config, device, spec, tokenizer
-        self.model_path, self.runner = model_path, runner
-        self.sampling_device = device if isinstance(runner, ModelRunner) else "cpu"
+            tokenizer, model_path = None, "(length-only)"
+        self.config, self.spec, self.tokenizer, self.model_path = config, spec, tokenizer, model_path
+        self.runner, self.device, self.dtype, self.backend = (runner, runner.device, runner.dtype,
+                                                              runner.backend)
+        self.sampling_device = runner.device     # sampling runs where the logits are
         self._events: list[ev.Event] = []
         self.bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,
                                config.enable_prefix_caching, self._events.append)
@@ -115,8 +92,7 @@ class Engine:
     def backend_label(self) -> str:
         """Device and the kernels that really ran, e.g. ``cuda-triton``, or after a Triton op
         failed, ``cuda-torch (triton failed: paged_decode_attention: ...)``."""
-        ops = getattr(self.runner, "ops", None)
-        label = ops.label if ops is not None else self.backend
+        label = self.runner.ops.label if self.runner.ops is not None else self.backend
         return f"{'cuda' if self.device.startswith('cuda') else 'cpu'}-{label}"
 
     @property
@@ -187,7 +163,8 @@ class Engine:
                             time.perf_counter() - t0)
         for o in self.observers:
             o.on_step(self, record)
-        return StepResult(self.step_no, batch.kind, record.events, self.snapshot, record.finished)
+        return StepResult(self.step_no, batch.kind, record.events, self.snapshot, record.finished,
+                          record.step_time_s)
 
     def _take_events(self) -> tuple[ev.Event, ...]:
         out = tuple(self._events)

@@ -9,23 +9,56 @@ from __future__ import annotations
 import torch
 
 from engine.attention_metadata import AttentionMetadata
-from engine.models.loader import LoadedModel
+from engine.config import EngineConfig
+from engine.models.loader import LoadedModel, load_model
 from engine.scheduler import ScheduledBatch
+from kernels import get_ops, resolve_backend
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(device: str) -> str:
+    """'auto' -> cuda if available else cpu; a CUDA device that is not here -> ValueError."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError("device='cuda' was requested but CUDA is not available")
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return device
 
 
 class ModelRunner:
     def __init__(self, loaded: LoadedModel, num_gpu_blocks: int, num_cpu_blocks: int,
-                 block_size: int, device: str, dtype: torch.dtype, ops):
+                 block_size: int, device: str, dtype: torch.dtype, ops, backend: str = ""):
+        self.loaded = loaded
         self.model = loaded.model
         self.spec = loaded.spec
         self.device = device
+        self.dtype = dtype
         self.ops = ops
+        self.backend = backend or ops.name
         s = loaded.spec
         shape = (s.num_layers, 2, num_gpu_blocks, block_size, s.num_kv_heads, s.head_dim)
         self.kv_cache = torch.zeros(shape, dtype=dtype, device=device)
         self.cpu_kv_cache = torch.zeros((*shape[:2], num_cpu_blocks, *shape[3:]), dtype=dtype,
                                         device="cpu", pin_memory=device.startswith("cuda"))
         self.block_size = block_size
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> "ModelRunner":
+        """Device (auto: CUDA if present), dtype (auto: bf16 on CUDA, fp32 on CPU), kernels
+        (auto: Triton on CUDA, guarded by the per-op fallback), weights (loaded once per
+        process), and the KV pools."""
+        device = resolve_device(config.device)
+        dtype = DTYPES[config.dtype if config.dtype != "auto" else
+                       ("bfloat16" if device.startswith("cuda") else "float32")]
+        backend = resolve_backend(config.backend, device)
+        loaded = load_model(config.model, device, dtype)
+        return cls(loaded, config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,
+                   device, dtype, get_ops(backend, fallback=config.kernel_fallback), backend)
 
     @property
     def bytes_per_block(self) -> int:

@@ -206,7 +206,11 @@ class OutputProcessor:
     def request_output(g: SequenceGroup) -> RequestOutput:
         p = g.params
         if p.use_beam_search:
-            hyps = [s for s in g.done_seqs if s.status == SeqStatus.FINISHED] + g.seqs
+            # as transformers: a search that stops early returns its finished hypotheses only
+            # (the beams still running then, "beam_done", are dropped); one that reaches
+            # max_tokens counts its last beams as finished ("length")
+            hyps = [s for s in g.done_seqs if s.status == SeqStatus.FINISHED
+                    and s.finish_reason != "beam_done"] + g.seqs
             hyps.sort(key=lambda s: -beam_score(s.cumulative_logprob, len(s.output_token_ids),
                                                p.length_penalty))
             chosen = hyps[:p.beam_width]

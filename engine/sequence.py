@@ -26,13 +26,17 @@ class Sequence:
     parent_seq_id: int | None = None
     born_step: int = 0
     status: SeqStatus = SeqStatus.WAITING
-    # physical block ids, logical order; on the CPU pool while SWAPPED
+    # physical block ids, logical order, in the pool named by block_device (CPU while SWAPPED)
     block_table: list[int] = field(default_factory=list)
+    # the pool block_table points into, "gpu" or "cpu". Set only by the BlockManager, with the
+    # table itself; the pool is never inferred from ``status``, which the scheduler may change
+    # at a different moment than it moves the blocks.
+    block_device: str = "gpu"
     # tokens whose K/V are in the cache. Invariant while it holds blocks:
     # len(block_table) == ceil(num_computed / block_size) (the newest sampled token's K/V is
     # written by the next step, which also allocates or copies-on-write the block for it).
     num_computed: int = 0
-    # chained hashes of the full blocks of token_ids (prefix caching)
+    # chained hashes (full sha256 hex) of the full blocks of token_ids (prefix caching)
     block_hashes: list[str] = field(default_factory=list)
     cumulative_logprob: float = 0.0
     output_text: str = ""

@@ -159,7 +159,7 @@ def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: Blo
             if s.seq_id in done_cache:          # finished sequences never change again
                 seqs.append(done_cache[s.seq_id])
                 continue
-            swapped = s.status == SeqStatus.SWAPPED
+            swapped = s.block_device == "cpu"       # the pool its table points into
             for b in s.block_table:
                 (cpu_owners if swapped else gpu_owners).setdefault(b, []).append(s.seq_id)
             state = SeqState(s.seq_id, s.request_id, s.parent_seq_id, s.born_step,

@@ -50,3 +50,10 @@ def micro_llama(tmp_path_factory):
                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                max_position_embeddings=128, eos_token_id=3)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def default_model_path():
+    """The embedded default model's folder (assets/default-model)."""
+    from engine.models.loader import resolve_model_path
+    return str(resolve_model_path("default"))

@@ -1,6 +1,7 @@
 """Beam / fork tree: one horizontal line per sequence, from the step it was born to the step it
 ended (or now); a diagonal joins a forked child to its parent. Survivors are solid, pruned beams
-dashed with an ×, finished ones end in a star. Beam search follows vLLM v0 semantics.
+dashed with an ×, finished ones end in a star. Beam search: transformers' scoring, vLLM v0's
+memory rules.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def tree_order(seqs) -> list:
 
 def beam_tree_figure(snapshot, history=()) -> go.Figure:
     is_beam = any(s.is_beam for s in snapshot.sequences)
-    title = ("Beam tree (vLLM v0 beam search semantics)" if is_beam else "Sequence tree (forks)") \
+    title = ("Beam tree (transformers' scoring, vLLM v0 memory)" if is_beam else "Sequence tree (forks)") \
         + f" — step {snapshot.step}"
     seqs = tree_order(snapshot.sequences)
     if not seqs:

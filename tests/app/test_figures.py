@@ -143,7 +143,7 @@ def test_beam_tree_survivors_and_pruned(beam_run):
     snaps = list(eng.history)
     snap = snaps[4]
     fig = beam_tree_figure(snap, snaps)
-    assert "vLLM v0" in fig.layout.title.text
+    assert "transformers" in fig.layout.title.text and "vLLM v0" in fig.layout.title.text
     lines = [tr for tr in fig.data if tr.name != "fork"]
     forks = [tr for tr in fig.data if tr.name == "fork"]
     assert len(lines) == len(snap.sequences)

@@ -57,12 +57,18 @@ def test_preemption_and_swap(swap_run):
     assert "swapped back in: C" in narrate(back.snapshot)
 
 
+def test_several_pruned_beams_read_as_plural():
+    text = narrate(bare_snapshot([ev.BeamPrune(4, "pruned"), ev.BeamPrune(3, "pruned")]))
+    assert "Pruned beams 3, 4: lower score than the kept candidates; their blocks" in text
+    assert "  " not in text
+
+
 def test_beam_prune_and_finish_decoded():
     events = [ev.Sample(4, 17, -0.5), ev.BeamPrune(3, "pruned"), ev.Free(9), ev.Free(2, cached=True),
               ev.Finish(1, "length"), ev.Finish(2, "stop")]
     text = narrate(bare_snapshot(events), decode=lambda ids: [f"tok{i}" for i in ids])
     assert "seq 4 'tok17'" in text
-    assert "Pruned beam 3" in text
+    assert "Pruned beam 3: lower score than the kept candidates; its blocks" in text
     assert "Finished: seq 1 (length); seq 2 (stop)" in text
     assert "2 block(s) reached refcount 0" in text and "1 keep their content" in text
     assert "P9, P2" in text

@@ -1,4 +1,6 @@
 """Random add / step / abort programs keep every memory invariant and leak nothing."""
+import math
+
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from engine import Engine, EngineConfig, SamplingParams
@@ -18,6 +20,15 @@ action = st.one_of(
 KIND = {"greedy": {}, "sample": dict(temperature=1.0), "n2": dict(n=2, temperature=1.0),
         "n3": dict(n=3, temperature=0.7, top_k=8), "beam2": dict(beam_width=2),
         "beam3": dict(beam_width=3)}
+
+
+def worst_case(plen: int, params: SamplingParams, bs: int) -> int:
+    """Written out independently of the engine: the prompt's full blocks shared, then each of
+    width sequences owning blocks up to prompt + max_tokens - 1 tokens (the last sampled
+    token's K/V is never written)."""
+    shared = plen // bs
+    longest = plen + params.max_tokens - 1
+    return shared + params.width * (math.ceil(longest / bs) - shared)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -40,8 +51,10 @@ def test_random_programs_keep_invariants(micro_llama, block_size, num_blocks, mo
             try:
                 added.append(eng.add_request(prompt, params))
             except ValueError:        # could never fit this pool: rejected, nothing changed
-                assert eng.blocks_needed_worst_case(plen, params) > num_blocks
+                assert worst_case(plen, params, block_size) > num_blocks
                 assert eng.snapshot.to_dict() == before
+            else:                     # admitted: its worst case fits (and it must complete)
+                assert worst_case(plen, params, block_size) <= num_blocks
         elif op == "step":
             for _ in range(arg):
                 if eng.has_unfinished_requests():

@@ -39,10 +39,13 @@ def interpreted():
 
 
 def _run(path, backend, prompts, **cfg):
+    """Step the requests (observed, so snapshots record the backend label after each step)."""
     eng = Engine(EngineConfig(model=path, block_size=8, num_gpu_blocks=32, device="cpu",
                               backend=backend, **cfg))
-    outs = eng.generate(prompts, SamplingParams(max_tokens=5, ignore_eos=True))
-    return eng, [o.outputs[0].token_ids for o in outs]
+    rids = [eng.add_request(p, SamplingParams(max_tokens=5, ignore_eos=True)) for p in prompts]
+    while eng.has_unfinished_requests():
+        eng.step()
+    return eng, [eng.get_output(r).outputs[0].token_ids for r in rids]
 
 
 def test_engine_falls_back_once_and_says_so(interpreted, tiny_llama, monkeypatch):
