@@ -34,7 +34,7 @@ timeout 200 "$PY" -m pytest -q $XDIST -p no:cacheprovider tests/kernels \
   2>&1 | tee "$OUT/tests.txt" | tail -25 || status=1
 
 echo "== kernel benchmarks"
-timeout 150 "$PY" bench/kernels.py --batches 1,16,64,256 --contexts 512,2048,8192,32768 \
+timeout 150 "$PY" bench/kernel_bench.py --batches 1,16,64,256 --contexts 512,2048,8192,32768 \
   --max-kv-tokens 2097152 --out "$OUT/kernels.json" || status=1
 
 echo "== engine vs transformers generate (same GPU, bf16)"

@@ -116,7 +116,11 @@ def plots(out_dir: Path, k: dict | None, t: dict | None) -> list[str]:
 
 
 def main() -> int:
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results")
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("out_dir", nargs="?", default="bench/results", type=Path,
+                    help="the folder bench/gpu_check.sh wrote (default: bench/results)")
+    out_dir = ap.parse_args().out_dir
     k, t = _load(out_dir / "kernels.json"), _load(out_dir / "throughput.json")
     lines = []
     lines += kernel_lines(k) if k else ["kernels.json missing (the kernel benchmark did not finish)"]

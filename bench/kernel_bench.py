@@ -19,7 +19,7 @@ as it is for the engine.
 Without CUDA (or triton) it prints that it skipped and exits 0. ``--dry-run-cpu`` (with
 TRITON_INTERPRET=1) walks every code path on CPU with tiny shapes: the numbers are meaningless,
 it only checks the script itself.
-Usage: python bench/kernels.py [--quick] [--batches 1,4,16,64,256] [--contexts 512,2048,8192,32768]
+Usage: python bench/kernel_bench.py [--quick] [--batches 1,4,16,64,256] [--contexts 512,2048,8192,32768]
 Writes JSON to bench/results/kernels-<time>.json.
 """
 from __future__ import annotations
@@ -307,20 +307,20 @@ def main() -> int:
     from kernels.triton_support import interpreting, triton_importable, triton_version
     if args.dry_run_cpu:
         if not (triton_importable() and interpreting()):
-            print("bench/kernels.py: --dry-run-cpu needs triton and TRITON_INTERPRET=1")
+            print("bench/kernel_bench.py: --dry-run-cpu needs triton and TRITON_INTERPRET=1")
             return 1
         DEVICE = "cpu"
         args.batches, args.contexts, args.roofline_gib = [1, 2], [32, 64], 0.01
         args.max_kv_tokens = 128
     else:
         if not torch.cuda.is_available():
-            print("bench/kernels.py: skipped (CUDA not available; these are GPU kernels)")
+            print("bench/kernel_bench.py: skipped (CUDA not available; these are GPU kernels)")
             return 0
         if not triton_importable():
-            print("bench/kernels.py: skipped (triton not installed)")
+            print("bench/kernel_bench.py: skipped (triton not installed)")
             return 0
         if interpreting():
-            print("bench/kernels.py: skipped (TRITON_INTERPRET=1 is set: unset it to time the GPU)")
+            print("bench/kernel_bench.py: skipped (TRITON_INTERPRET=1 is set: unset it to time the GPU)")
             return 0
     if args.quick:
         args.batches, args.contexts, args.roofline_gib = [1, 64], [512, 8192], 1.0
