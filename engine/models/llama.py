@@ -67,11 +67,34 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(spec.num_heads * spec.head_dim, spec.hidden_size,
                                 bias=spec.o_proj_bias)
 
+        self.qkv: tuple | None = None       # (weight, bias) once fuse() ran
+
+    def fuse(self) -> None:
+        """One [q; k; v] matmul instead of three (fewer launches per layer). The three
+        parameters become views of the fused weight, so no memory is duplicated."""
+        parts = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([m.weight.data for m in parts])
+        bias = torch.cat([m.bias.data for m in parts]) if self.q_proj.bias is not None else None
+        offsets = [0]
+        for m in parts:
+            offsets.append(offsets[-1] + m.weight.shape[0])
+        for m, a, b in zip(parts, offsets, offsets[1:]):
+            m.weight = nn.Parameter(weight[a:b], requires_grad=False)
+            if bias is not None:
+                m.bias = nn.Parameter(bias[a:b], requires_grad=False)
+        self.qkv = (weight, bias, offsets[1:3])
+
     def forward(self, x, cos, sin, k_cache, v_cache, meta: AttentionMetadata, ops):
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        if self.qkv is not None:
+            weight, bias, (nq, nqk) = self.qkv
+            y = F.linear(x, weight, bias)
+            q, k, v = y[:, :nq], y[:, nq:nqk], y[:, nqk:]
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.unflatten(-1, (self.num_heads, self.head_dim))
+        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim))
+        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         o = paged_attention(q, k, v, k_cache, v_cache, meta, ops, self.scale)
@@ -84,8 +107,20 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
         self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
         self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+        self.gate_up: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        """One [gate; up] matmul instead of two; the parameters become views of it."""
+        weight = torch.cat([self.gate_proj.weight.data, self.up_proj.weight.data])
+        n = self.gate_proj.weight.shape[0]
+        self.gate_proj.weight = nn.Parameter(weight[:n], requires_grad=False)
+        self.up_proj.weight = nn.Parameter(weight[n:], requires_grad=False)
+        self.gate_up = weight
 
     def forward(self, x):
+        if self.gate_up is not None:
+            gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -129,6 +164,12 @@ class LlamaForCausalLM(nn.Module):
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, kv_cache[i, 0], kv_cache[i, 1], meta, ops)
         return self.model.norm(x)
+
+    def fuse_projections(self) -> None:
+        """After the weights are loaded: fused q/k/v and gate/up matmuls in every layer."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)

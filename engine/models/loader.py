@@ -132,6 +132,8 @@ def _load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
         raise ValueError(f"checkpoint {path} does not match the {spec.model_type} architecture: "
                          f"missing {missing[:5]}, unexpected {unexpected[:5]}")
     net = net.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    if hasattr(net, "fuse_projections"):
+        net.fuse_projections()
     tokenizer = None
     if any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         tokenizer = AutoTokenizer.from_pretrained(str(path))
