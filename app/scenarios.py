@@ -30,6 +30,7 @@ class Settings:
     preemption_mode: str = "recompute"
     enable_prefix_caching: bool = False
     backend: str = "auto"            # kernels: auto (Triton on CUDA, torch on CPU) / torch / triton
+    max_model_len: int | None = None  # None = the model's context; presets pick a visible slab
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -51,26 +52,27 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
              "One sequence grows token by token: a new block is allocated only when the last one "
              "is full, so at most one block is partly empty.",
              Settings("single", prompts="ROMEO: But soft, what light", max_tokens=20,
-                      block_size=4, num_gpu_blocks=16)),
+                      block_size=4, num_gpu_blocks=16, max_model_len=32)),
     Scenario("parallel", "Parallel sampling (n=4)",
              "After the prefill the 4 samples share every prompt block (refcount 4). On the first "
              "decode step each writes into the shared, partly filled last block: copy-on-write "
              "gives three of them a private copy; the full blocks stay shared.",
              Settings("parallel", prompts=_JULIET, n=4, temperature=0.8, max_tokens=16,
-                      block_size=8, num_gpu_blocks=32)),
+                      block_size=8, num_gpu_blocks=32, max_model_len=48)),
     Scenario("beam", "Beam search (width 3: transformers' scoring, vLLM v0 memory)",
              "Each step keeps the 3 best candidates: a surviving beam forks (sharing all blocks of "
              "its parent), a pruned beam frees its blocks, and a fork that writes into a shared "
              "block triggers copy-on-write.",
              Settings("beam", prompts="To be, or not to be, that is the", beam_width=3,
-                      max_tokens=16, ignore_eos=False, block_size=4, num_gpu_blocks=48)),
+                      max_tokens=16, ignore_eos=False, block_size=4, num_gpu_blocks=48,
+                      max_model_len=32)),
     Scenario("prefix", "Shared prefix (prefix caching)",
              "Three requests start with the same 20+ tokens: the full blocks of the common prefix "
              "are computed once and found by hash (prefix_hit) by the others, so they are shared.",
              Settings("prefix", prompts="\n".join(f"{_PREFIX} {w}" for w in
                                                   ("First", "Second", "Citizen")),
                       max_tokens=12, block_size=4, num_gpu_blocks=48,
-                      enable_prefix_caching=True)),
+                      enable_prefix_caching=True, max_model_len=40)),
     Scenario("mixed", "Mixed workload (preemption)",
              "Five requests compete for a pool that cannot hold them all at full length: when it "
              "runs dry the newest sequence is preempted (recompute: blocks freed, prefill again "
@@ -80,7 +82,7 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
                  "HAMLET: To be, or not to be", "MACBETH: Tomorrow, and tomorrow, and",
                  "KING LEAR: Blow, winds, and crack")),
                       temperature=0.8, max_tokens=24, block_size=4, num_gpu_blocks=24,
-                      num_cpu_blocks=24, preemption_mode="recompute")),
+                      num_cpu_blocks=24, preemption_mode="recompute", max_model_len=40)),
 )}
 
 DEFAULT_SCENARIO = "single"

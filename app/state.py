@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
+from engine.block_size_sweep import block_size_sweep
 
 from app.scenarios import DEFAULT_SCENARIO, SCENARIOS, Settings, preset
 
@@ -42,7 +43,8 @@ def make_config(s: Settings) -> EngineConfig:
                         num_gpu_blocks=s.num_gpu_blocks, num_cpu_blocks=s.num_cpu_blocks,
                         preemption_mode=s.preemption_mode,
                         enable_prefix_caching=s.enable_prefix_caching, seed=s.seed,
-                        backend=s.backend, max_history=MAX_HISTORY)
+                        backend=s.backend, max_model_len=s.max_model_len,
+                        max_history=MAX_HISTORY)
 
 
 def make_params(s: Settings) -> SamplingParams:
@@ -80,6 +82,7 @@ class Lab:
     last_tick: float = 0.0
     error: str | None = None
     _token_text: dict[int, str] = field(default_factory=dict)
+    _sweep: tuple | None = None                 # (settings, block-size sweep frame)
 
     @classmethod
     def create(cls, scenario: str = DEFAULT_SCENARIO, model: str | None = None) -> "Lab":
@@ -104,6 +107,21 @@ class Lab:
         self.error = None
         self._token_text = {}
         return True
+
+    def block_size_sweep(self):
+        """The current requests at block sizes 1..128 (length-only engine, same pool capacity
+        in slots), computed once per settings; None when replaying a trace."""
+        if self.engine is None or self.replaying:
+            return None
+        key = self.settings
+        if self._sweep is None or self._sweep[0] != key:
+            params = make_params(self.settings)
+            requests = [(len(self.engine.tokenize(p)), params)
+                        for p in parse_prompts(self.settings.prompts)]
+            capacity = self.settings.num_gpu_blocks * self.settings.block_size
+            self._sweep = (key, block_size_sweep(requests, capacity,
+                                                 max_model_len=self.engine.max_model_len))
+        return self._sweep[1]
 
     def load_trace(self, snapshots: list[StepSnapshot], name: str) -> None:
         self.trace, self.trace_name, self.view, self.playing = snapshots, name, 0, False

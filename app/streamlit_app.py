@@ -26,7 +26,9 @@ from app.figures.metrics import metrics  # noqa: E402
 from app.figures.pool_grid import pool_figure  # noqa: E402
 from app.figures.text_view import text_html  # noqa: E402
 from app.figures.timeline import timeline_figure  # noqa: E402
-from app.figures.waste import waste_figure  # noqa: E402
+from app.figures.address_space import address_space_figure  # noqa: E402
+from app.figures.waste import (block_size_sweep_figure, request_table, waste_figure,  # noqa: E402
+                               waste_headline)
 from app.narration import narrate  # noqa: E402
 from app.scenarios import DEFAULT_SCENARIO, SCENARIOS, Settings, preset  # noqa: E402
 from app.state import Lab  # noqa: E402
@@ -108,7 +110,7 @@ def _settings_from_widgets() -> Settings:
     ss = st.session_state
     values = {name: ss[f"w_{name}"] for name in FIELDS}
     for name in ("n", "top_k", "max_tokens", "beam_width", "seed", "block_size",
-                 "num_gpu_blocks", "num_cpu_blocks"):
+                 "num_gpu_blocks", "num_cpu_blocks", "max_model_len"):
         v = values[name]
         values[name] = int(v) if isinstance(v, float) and v.is_integer() else v
     return Settings(scenario=ss.w_scenario, **values)
@@ -157,6 +159,10 @@ def sidebar(lab: Lab) -> None:
             a.number_input("GPU pool (blocks)", key="w_num_gpu_blocks", step=1)
             b.number_input("CPU pool (blocks)", key="w_num_cpu_blocks", step=1,
                            help="swap space; 0 disables swapping")
+            st.number_input("max_model_len (slots per sequence)", key="w_max_model_len", step=1,
+                            help="the slab a contiguous allocator reserves for every sequence: "
+                                 "the longest prompt + output a sequence may reach (vLLM's "
+                                 "max_model_len). Empty = the model's context.")
             st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True)
             st.checkbox("Prefix caching", key="w_enable_prefix_caching")
             with st.expander("More sampling settings"):
@@ -277,11 +283,28 @@ def views(lab: Lab) -> None:
             how_to_read("tree")
     with tabs["Waste"]:
         if tabs["Waste"].open:
-            st.plotly_chart(waste_figure(snap, snaps), key="fig_waste", config=CHART)
-            how_to_read("waste")
+            waste_tab(lab, snap, snaps)
     with tabs["Export"]:
         if tabs["Export"].open:
             export_tab(lab, snaps)
+
+
+def waste_tab(lab: Lab, snap, snaps) -> None:
+    headline = waste_headline(snap)
+    if headline:
+        st.markdown(f"**{headline}**")
+    st.plotly_chart(waste_figure(snap, snaps), key="fig_waste", config=CHART)
+    st.plotly_chart(address_space_figure(snap), key="fig_slots", config=CHART)
+    how_to_read("waste")
+    table = request_table(snap)
+    if len(table):
+        st.markdown("**Per request, this step** (slots; a blank slab = not admitted by that "
+                    "allocator at this step)")
+        st.dataframe(table, hide_index=True)
+    sweep = lab.block_size_sweep()
+    if sweep is not None:
+        st.plotly_chart(block_size_sweep_figure(sweep, snap.block_size), key="fig_sweep",
+                        config=CHART)
 
 
 def memory_tab(snap, prev, decode) -> None:

@@ -34,6 +34,22 @@ class Accounting:
         return self.token_states / busy if busy else 1.0
 
 
+@dataclass(frozen=True)
+class Slab:
+    """One running request's contiguous reservation in a baseline's linear address space."""
+    allocator: str            # "max", "pow2", "oracle"
+    request_id: str
+    start: int                # first slot
+    size: int                 # slots reserved (all of the request's sequences)
+    token_states: int         # slots holding K/V now
+    reserved: int             # slots that will hold a token later
+    internal_fragmentation: int   # slots that never will
+
+    @property
+    def wasted(self) -> int:
+        return self.size - self.token_states
+
+
 def paged_accounting(stats, block_size: int, running_seqs: int, finished: int) -> Accounting:
     """From a snapshot's PoolStats: last-block slack is the paged pool's only waste."""
     allocated = stats.used_blocks * block_size

@@ -22,6 +22,9 @@ class EngineConfig:
     seed: int = 0
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 4096
+    # vLLM's max_model_len: the longest prompt + output one sequence may reach (default: the
+    # model's context); also the slab the contiguous Max baseline reserves for every sequence
+    max_model_len: int | None = None
     max_history: int = 2000         # snapshots kept for stepping back (oldest dropped)
     observe: bool = True            # snapshots, history and contiguous baselines after each step
 
@@ -41,6 +44,10 @@ class EngineConfig:
             problems.append("preemption_mode='swap' needs swap space: set num_cpu_blocks > 0")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             problems.append(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        mml = self.max_model_len
+        if mml is not None and (not isinstance(mml, int) or isinstance(mml, bool) or mml < 2):
+            problems.append(f"max_model_len must be None (the model's context) or an integer "
+                            f">= 2 (one prompt token and one new token), got {mml!r}")
         if not isinstance(self.observe, bool):
             problems.append(f"observe must be True or False, got {self.observe!r}")
         if not isinstance(self.kernel_fallback, bool):

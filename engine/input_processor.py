@@ -25,15 +25,23 @@ def blocks_needed_worst_case(prompt_len: int, params: SamplingParams, block_size
     return shared + params.width * per_seq
 
 
+def resolve_max_model_len(requested: int | None, model_context: int) -> int:
+    """EngineConfig.max_model_len, checked against what the model supports (vLLM refuses a
+    max_model_len above the model's context too)."""
+    if requested is None:
+        return model_context
+    if requested > model_context:
+        raise ValueError(f"max_model_len {requested} is above the model's context of "
+                         f"{model_context} tokens")
+    return requested
+
+
 class InputProcessor:
     def __init__(self, spec: ModelSpec, tokenizer, config: EngineConfig):
         self.spec = spec
         self.tokenizer = tokenizer
         self.config = config
-
-    @property
-    def max_model_len(self) -> int:
-        return self.spec.max_model_len
+        self.max_model_len = resolve_max_model_len(config.max_model_len, spec.max_model_len)
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -65,12 +73,15 @@ class InputProcessor:
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         ids = self.tokenize(prompt)
+        limit = (f"max_model_len ({self.max_model_len} tokens)"
+                 if self.config.max_model_len is not None
+                 else f"the model's context of {self.max_model_len} tokens")
         if len(ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is "
-                             f"{self.max_model_len} tokens")
+            raise ValueError(f"the prompt has {len(ids)} tokens; {limit} leaves no room for "
+                             "a new token")
         if len(ids) + params.max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                             f"the model's context of {self.max_model_len} tokens")
+                             f"{limit}")
         if params.beam_width > 1 and 2 * params.beam_width > self.spec.vocab_size:
             raise ValueError(f"beam_width {params.beam_width} is too large for a vocabulary of "
                              f"{self.spec.vocab_size}")

@@ -72,7 +72,7 @@ class Engine:
         self.observers = []
         if config.observe:
             self.baselines = ContiguousBaselines(config.num_gpu_blocks * config.block_size,
-                                                 spec.max_model_len)
+                                                 self.max_model_len)
             self.recorder = SnapshotRecorder(self, self.baselines, config.max_history,
                                              detailed_snapshots)
             self.observers = [self.baselines, self.recorder]   # baselines first: snapshots read them
@@ -97,7 +97,9 @@ class Engine:
 
     @property
     def max_model_len(self) -> int:
-        return self.spec.max_model_len
+        """The longest prompt + output a sequence may reach (EngineConfig.max_model_len, or the
+        model's context)."""
+        return self.inputs.max_model_len
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
         return self.inputs.tokenize(prompt)

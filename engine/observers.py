@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from engine.accounting import accounting_frame, baseline_accounting
+from engine.accounting import Slab, accounting_frame, baseline_accounting
 from engine.baselines import POLICIES, ContiguousAllocator
 from engine.events import Event
 from engine.sequence import SequenceGroup
@@ -70,6 +70,10 @@ class ContiguousBaselines(Observer):
     def accounting(self) -> tuple:
         return tuple(baseline_accounting(a.accounting()) for a in self.allocators.values())
 
+    def slabs(self) -> tuple[Slab, ...]:
+        return tuple(Slab(policy, *row) for policy, a in self.allocators.items()
+                     for row in a.slabs())
+
 
 class SnapshotRecorder(Observer):
     """Builds the StepSnapshot after every change and keeps the history the page scrubs.
@@ -107,7 +111,8 @@ class SnapshotRecorder(Observer):
             running_seqs=s.num_running_seqs(), finished=engine.num_finished,
             baselines=self.baselines.accounting() if self.baselines else (),
             detailed=self.detailed, done_cache=self._done_states,
-            block_cache=self._block_states, index=self.recorded)
+            block_cache=self._block_states, index=self.recorded,
+            slabs=self.baselines.slabs() if self.baselines else ())
         self.recorded += 1
         if kind not in ("init", "abort"):
             self.accounting_log.append((snap.step, snap.accounting))

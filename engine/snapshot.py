@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from engine.accounting import Accounting, paged_accounting
+from engine.accounting import Accounting, Slab, paged_accounting
 from engine.block_manager import BlockManager
 from engine.block_pool import BlockPool
 from engine.events import Event, event_from_dict
@@ -88,10 +88,12 @@ class StepSnapshot:
     # position among every snapshot the engine recorded (init = 0): unique even when an abort
     # records a snapshot between two steps (with the step number of the step before it)
     index: int = 0
+    # every running request's extent in each contiguous baseline's address space (by start)
+    slabs: tuple[Slab, ...] = ()
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for key in ("sequences", "blocks", "cpu_blocks", "accounting"):
+        for key in ("sequences", "blocks", "cpu_blocks", "accounting", "slabs"):
             d[key] = [dataclasses.asdict(x) for x in d[key]]
         d["stats"] = dataclasses.asdict(self.stats)
         d["events"] = [e.to_dict() for e in self.events]
@@ -112,7 +114,8 @@ class StepSnapshot:
                 cpu_blocks=tuple(BlockState(**tuples(x)) for x in d["cpu_blocks"]),
                 stats=PoolStats(**d["stats"]),
                 events=tuple(event_from_dict(e) for e in d["events"]),
-                accounting=tuple(Accounting(**a) for a in d["accounting"]))
+                accounting=tuple(Accounting(**a) for a in d["accounting"]),
+                slabs=tuple(Slab(**x) for x in d.get("slabs", ())))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a PagedAttention Lab snapshot: {exc}") from exc
 
@@ -145,7 +148,8 @@ def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: Blo
                    model: str, backend: str, device: str, bytes_per_block: int,
                    running_seqs: int, finished: int, baselines: tuple[Accounting, ...],
                    detailed: bool = True, done_cache: dict | None = None,
-                   block_cache: dict | None = None, index: int = 0) -> StepSnapshot:
+                   block_cache: dict | None = None, index: int = 0,
+                   slabs: tuple = ()) -> StepSnapshot:
     """``detailed=False`` (large length-only simulations) leaves out sequences and blocks.
     ``done_cache`` (seq_id -> SeqState) lets finished sequences be built once, not every step."""
     done_cache = {} if done_cache is None else done_cache
@@ -185,4 +189,4 @@ def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: Blo
     return StepSnapshot(step, kind, model, backend, device, gpu.block_size, tuple(seqs),
                         _blocks(gpu, gpu_owners, block_cache) if detailed else (),
                         _blocks(cpu, cpu_owners, block_cache) if detailed else (), stats, events,
-                        step_time_s, accounting, index)
+                        step_time_s, accounting, index, tuple(slabs))

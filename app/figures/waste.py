@@ -75,3 +75,90 @@ def waste_figure(snapshot, history=()) -> go.Figure:
     fig.update_xaxes(title="step", row=1, col=3)
     fig = style(fig, title, height=450, legend_y=-0.2)
     return fig
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "0%"
+
+
+def waste_headline(snapshot) -> str:
+    """One sentence from the step's accounting: what the Max slab holds against paging."""
+    acc = {a.allocator: a for a in snapshot.accounting}
+    paged, worst = acc.get("paged"), acc.get("max")
+    if paged is None:
+        return ""
+    held = paged.token_states + paged.internal_fragmentation
+    paged_part = (f"paged holds {held} slots for {paged.token_states} tokens "
+                  f"({_pct(paged.internal_fragmentation, held)} wasted, all of it in last blocks)")
+    if worst is None:
+        return paged_part[0].upper() + paged_part[1:] + "."
+    slab = worst.token_states + worst.reserved + worst.internal_fragmentation
+    if not slab:
+        why = (f"{worst.rejected} request(s) can never fit its slabs" if worst.rejected
+               else f"{worst.waiting} request(s) wait for a slab" if worst.waiting
+               else "nothing is running")
+        return f"Contiguous Max holds nothing ({why}); {paged_part}."
+    same = "the same" if worst.token_states == paged.token_states else "its"
+    return (f"Contiguous Max holds {slab} slots for {worst.token_states} tokens "
+            f"({_pct(slab - worst.token_states, slab)} wasted: {worst.reserved} reserved for "
+            f"future tokens, {worst.internal_fragmentation} never used); "
+            + paged_part.replace(f"for {paged.token_states} tokens",
+                                 f"for {same} {paged.token_states} tokens") + ".")
+
+
+def request_table(snapshot):
+    """Per request at this step: tokens in the KV cache, the paged slots it holds (its distinct
+    blocks x block size) and each baseline's slab and waste (a pandas DataFrame)."""
+    import pandas as pd
+
+    bs = snapshot.block_size
+    filled = {b.block_id: b.filled for b in snapshot.blocks}
+    rows: dict[str, dict] = {}
+    for s in snapshot.sequences:
+        r = rows.setdefault(s.request_id, {"request": s.request_id, "blocks": set()})
+        if s.device == "gpu" and s.status not in ("finished", "pruned"):
+            r["blocks"].update(s.block_table)
+    slabs = {(s.allocator, s.request_id): s for s in snapshot.slabs}
+    out = []
+    for rid, r in rows.items():
+        row = {"request": rid, "tokens in cache": sum(filled.get(b, 0) for b in r["blocks"]),
+               "paged slots": len(r["blocks"]) * bs,
+               "paged wasted": len(r["blocks"]) * bs - sum(filled.get(b, 0) for b in r["blocks"])}
+        for a in snapshot.accounting[1:]:
+            slab = slabs.get((a.allocator, rid))
+            name = ALLOCATOR_LABELS.get(a.allocator, a.allocator).replace("Contiguous ", "")
+            row[f"{name} slab"] = slab.size if slab else None
+            row[f"{name} wasted"] = slab.wasted if slab else None
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def block_size_sweep_figure(frame, current_block_size: int | None = None) -> go.Figure:
+    """Token-state share of allocated KV and mean running requests vs block size (from
+    ``engine.block_size_sweep``): small pages waste less, but every page size still beats a
+    contiguous slab."""
+    title = "Block-size sweep, same requests"
+    if frame is None or len(frame) == 0:
+        return empty(title, "no block size fits these requests")
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
+                        subplot_titles=("token states / allocated KV", "mean running requests"))
+    x = list(frame["block_size"])
+    fig.add_trace(go.Scatter(x=x, y=list(frame["token_state_share"]), mode="lines+markers",
+                             name="token-state share", line=dict(color=OKABE_ITO["green"], width=3),
+                             marker=dict(symbol="circle", size=9),
+                             hovertemplate="block %{x}: %{y:.0%} token states<extra></extra>"),
+                  row=1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=list(frame["mean_running_requests"]), mode="lines+markers",
+                             name="running requests", line=dict(color=OKABE_ITO["blue"], width=3,
+                                                                dash="dash"),
+                             marker=dict(symbol="square", size=9),
+                             hovertemplate="block %{x}: %{y:.2f} running<extra></extra>"),
+                  row=1, col=2)
+    for col in (1, 2):
+        fig.update_xaxes(type="log", tickvals=x, ticktext=[str(v) for v in x], title="block size",
+                         row=1, col=col)
+        if current_block_size in x:
+            fig.add_vline(x=current_block_size, line=dict(color="#777", dash="dot"), row=1, col=col)
+    fig.update_yaxes(range=[0, 1.05], tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+    return style(fig, title, height=300, legend_y=-0.3)

@@ -1,7 +1,7 @@
 """Orca-style contiguous allocators (the vLLM paper's baselines), stepped like the engine.
 
 Each request reserves one contiguous extent when admitted, sized by the policy:
-- max:    the model's maximum context per sequence,
+- max:    max_model_len per sequence (EngineConfig.max_model_len, default the model's context),
 - pow2:   the next power of two >= prompt + output,
 - oracle: exactly prompt + output.
 A request of ``width`` sequences (n samples or beams) reserves ``width`` times that: without
@@ -112,16 +112,24 @@ class ContiguousAllocator:
         for r in [r for r in active if r.generated >= r.output_len]:
             self._retire(r)
 
+    def slabs(self) -> list[tuple]:
+        """(request id, start, size, token states, reserved, internal fragmentation) of every
+        running request's extent, by start: the picture of the address space."""
+        out = []
+        for r in sorted(self.running, key=lambda r: r.start):
+            final = r.width * (r.prompt_len + r.output_len)
+            now = r.width * (r.prompt_len + r.generated - 1)
+            out.append((r.request_id, r.start, r.extent, now, final - now, r.extent - final))
+        return out
+
     def accounting(self) -> dict:
         """Slots by the paper's Fig. 2 categories. Token states are tokens whose K/V is stored
         (all but the newest sampled token, as in the engine)."""
         token = reserved = internal = 0
-        for r in self.running:
-            final = r.width * (r.prompt_len + r.output_len)
-            now = r.width * (r.prompt_len + r.generated - 1)
+        for _, _, _, now, later, never in self.slabs():
             token += now
-            reserved += final - now
-            internal += r.extent - final
+            reserved += later
+            internal += never
         # external fragmentation: free space the head of the queue cannot use although, in
         # total, it would be enough (after a step, no single hole fits the head)
         free_total = self.space.free_total

@@ -78,10 +78,34 @@ def test_bad_sampling_params(kwargs, words):
     (dict(preemption_mode="swap", num_cpu_blocks=0), "swap space"),
     (dict(device="tpu"), "device"),
     (dict(dtype="int8"), "dtype"),
+    (dict(max_model_len=0), "max_model_len must be"),
+    (dict(max_model_len=-8), "max_model_len must be"),
+    (dict(max_model_len=12.5), "max_model_len must be"),
+    (dict(max_model_len="64"), "max_model_len must be"),
+    (dict(observe="yes"), "observe must be"),
 ])
 def test_bad_engine_config(kwargs, words):
     with pytest.raises(ValueError, match=words):
         EngineConfig(**kwargs)
+
+
+def test_max_model_len_bounds_requests(tiny_llama):
+    """vLLM's max_model_len: above the model's context is refused; a request that could grow
+    past it is refused before anything changes; the Max baseline reserves exactly it."""
+    with pytest.raises(ValueError, match="above the model's context of 256"):
+        Engine(EngineConfig(model=tiny_llama[0], max_model_len=257))
+    eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=32,
+                              max_model_len=24))
+    assert eng.max_model_len == 24
+    before = eng.snapshot.to_dict()
+    with pytest.raises(ValueError, match=r"exceeds max_model_len \(24 tokens\)"):
+        eng.add_request(list(range(1, 21)), SamplingParams(max_tokens=5))
+    with pytest.raises(ValueError, match="max_model_len"):
+        eng.add_request(list(range(1, 25)), SamplingParams(max_tokens=1))
+    assert eng.snapshot.to_dict() == before and not eng.has_unfinished_requests()
+    eng.add_request(list(range(1, 21)), SamplingParams(max_tokens=4, ignore_eos=True))
+    snap = eng.step().snapshot
+    assert [s.size for s in snap.slabs if s.allocator == "max"] == [24]
 
 
 def test_unknown_model_is_a_clear_error(tmp_path):
