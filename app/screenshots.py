@@ -149,6 +149,12 @@ def screenshot_all(url: str, out: Path, playwright) -> list[Path]:
                 open_tab(page, tab)
                 snap_page(page, out / f"{key}-{tab.lower()}.png")
                 saved.append(out / f"{key}-{tab.lower()}.png")
+                if tab == "Waste":                    # the slot picture and the table below
+                    page.locator(".stPlotlyChart").nth(1).scroll_into_view_if_needed()
+                    page.mouse.move(1275, 5)
+                    time.sleep(1.0)
+                    page.screenshot(path=str(out / f"{key}-slots.png"))
+                    saved.append(out / f"{key}-slots.png")
             open_tab(page, "Memory")
         # the mixed workload again, preempting by swapping to the CPU pool
         page.locator('section[data-testid="stSidebar"]').get_by_text("swap", exact=True).click()

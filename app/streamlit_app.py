@@ -298,7 +298,7 @@ def waste_tab(lab: Lab, snap, snaps) -> None:
     how_to_read("waste")
     table = request_table(snap)
     if len(table):
-        st.markdown("**Per request, this step** (slots; a blank slab = not admitted by that "
+        st.markdown("**Per request, this step** (slots; None = not admitted by that "
                     "allocator at this step)")
         st.dataframe(table, hide_index=True)
     sweep = lab.block_size_sweep()

@@ -22,7 +22,8 @@ if __package__ in (None, ""):          # python bench/X.py: make the repo import
     _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 
 from bench.common import Progress, write_results  # noqa: E402
-from engine import Engine, EngineConfig
+from engine import Engine, EngineConfig, SamplingParams
+from engine.block_size_sweep import block_size_sweep
 from engine.accounting import summarize
 from engine.workloads import WORKLOADS, run_trace, synthetic_trace
 
@@ -30,11 +31,13 @@ from engine.workloads import WORKLOADS, run_trace, synthetic_trace
 PAPER_TOKEN_SHARE = {"max": 20.4, "pow2": 26.8, "oracle": 38.2, "paged": 96.3}
 
 
-def run(workload: str, requests: int, blocks: int, block_size: int, rate: float, seed: int):
+def run(workload: str, requests: int, blocks: int, block_size: int, rate: float, seed: int,
+        max_model_len: int = 2048):
     spec = WORKLOADS[workload]
     trace = synthetic_trace(spec, requests, rate_per_step=rate, seed=seed)
     eng = Engine.length_only(EngineConfig(block_size=block_size, num_gpu_blocks=blocks, seed=seed,
-                                          max_history=1), max_model_len=2048)
+                                          max_history=1, max_model_len=max_model_len),
+                             max_model_len=max_model_len)
     t0 = time.perf_counter()
     steps = run_trace(eng, trace, on_step=Progress(workload))
     elapsed = time.perf_counter() - t0
@@ -56,11 +59,16 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per engine step")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-model-len", type=int, default=2048,
+                    help="the Max baseline's slab per sequence (the paper's Orca reserves 2048)")
+    ap.add_argument("--block-sizes", action="store_true",
+                    help="also sweep block sizes 1..128 on the same traces (token-state share of "
+                         "allocated KV, mean running requests)")
     args = ap.parse_args()
     tables, infos = [], []
     for workload in ("sharegpt", "alpaca"):
         summary, info = run(workload, args.requests, args.blocks, args.block_size, args.rate,
-                            args.seed)
+                            args.seed, args.max_model_len)
         tables.append(summary)
         infos.append(info)
     table = pd.concat(tables)
@@ -78,8 +86,27 @@ def main() -> None:
         print(f"{workload}: mean running batch paged/oracle = {paged / t.loc['oracle', 'mean_running_batch']:.2f}x, "
               f"paged/pow2 = {paged / t.loc['pow2', 'mean_running_batch']:.2f}x, "
               f"paged/max = {paged / t.loc['max', 'mean_running_batch']:.2f}x")
-    write_results("waste", {"runs": infos, "table": table.reset_index().to_dict(orient="records")},
-                  table)
+    sweeps = {}
+    if args.block_sizes:
+        capacity = args.blocks * args.block_size
+        print(f"\nblock-size sweep, same traces, KV budget {capacity} slots (length-only engine)")
+        for workload in ("sharegpt", "alpaca"):
+            trace = synthetic_trace(WORKLOADS[workload], args.requests, rate_per_step=args.rate,
+                                    seed=args.seed)
+            requests = [(int(p), SamplingParams(max_tokens=int(o), ignore_eos=True))
+                        for p, o in zip(trace.prompt_len, trace.output_len)]
+            t0 = time.perf_counter()
+            frame = block_size_sweep(requests, capacity, max_model_len=args.max_model_len,
+                                     arrivals=[int(a) for a in trace.arrival_step])
+            frame.insert(0, "workload", workload)
+            sweeps[workload] = frame
+            print(frame.to_string(index=False, formatters={
+                "token_state_share": lambda v: f"{100 * v:6.1f}%",
+                "mean_running_requests": lambda v: f"{v:7.1f}"}))
+            print(f"({time.perf_counter() - t0:.1f} s)")
+    write_results("waste", {"runs": infos, "table": table.reset_index().to_dict(orient="records"),
+                            "block_size_sweep": {w: f.to_dict(orient="records")
+                                                 for w, f in sweeps.items()}}, table)
 
 
 if __name__ == "__main__":
