@@ -14,6 +14,7 @@ class AttentionMetadata:
     context_lens: torch.Tensor     # [S] tokens in the cache after this step's writes
     query_start: list[int]         # prefill: sequence i's new tokens are rows [qs[i], qs[i+1])
     context_lens_list: list[int]   # the same as context_lens, on the host
+    max_context_len: int = 0       # max(context_lens_list), computed once per forward
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
@@ -28,4 +29,4 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         return ops.paged_prefill_attention(q, k_cache, v_cache, meta.block_tables,
                                            meta.query_start, meta.context_lens_list, scale)
     return ops.paged_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                      scale, max(meta.context_lens_list))
+                                      scale, meta.max_context_len)

@@ -19,15 +19,16 @@ _INCOMPLETE = "\ufffd"
 @dataclass
 class DetokState:
     text: str = ""        # everything emitted so far
-    prefix: int = 0       # output index the last emitted chunk was decoded from
-    read: int = 0         # output ids before this index are in ``text``
+    prefix: int = 0       # index (into the ids given) the last emitted chunk was decoded from
+    read: int = 0         # ids before this index are in ``text`` (start both at the prompt's
+                          # length to pass a sequence's whole token list without copying it)
 
     def copy(self) -> "DetokState":
         return DetokState(self.text, self.prefix, self.read)
 
 
 def detokenize_step(tokenizer, ids: list[int], state: DetokState) -> str:
-    """Advance ``state`` over the output ids ``ids``; returns the newly emitted text."""
+    """Advance ``state`` over ``ids`` (from ``state.read`` on); returns the newly emitted text."""
     if tokenizer is None:
         return ""
     before = tokenizer.decode(ids[state.prefix:state.read], skip_special_tokens=True)

@@ -54,7 +54,6 @@ class Engine:
         self.config, self.spec, self.tokenizer, self.model_path = config, spec, tokenizer, model_path
         self.runner, self.device, self.dtype, self.backend = (runner, runner.device, runner.dtype,
                                                               runner.backend)
-        self.sampling_device = runner.device     # sampling runs where the logits are
         self._events: list[ev.Event] = []
         self.bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,
                                config.enable_prefix_caching, self._events.append)
@@ -122,7 +121,8 @@ class Engine:
         elif request_id in self.groups:
             raise ValueError(f"request id {request_id!r} is already in use")
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + len(self.groups)
-        gen = torch.Generator(device=self.sampling_device).manual_seed(seed)
+        # on the device the logits come out on: sampling runs there (engine/sampler.py)
+        gen = torch.Generator(device=self.device).manual_seed(seed)
         group = SequenceGroup(request_id, prompt if isinstance(prompt, str) else None, ids, params,
                               next(self._arrivals), gen)
         group.seqs.append(Sequence(next(self._seq_ids), request_id, list(ids), len(ids),

@@ -111,6 +111,7 @@ class ModelRunner:
             context_lens=torch.tensor(ctx, dtype=torch.int32, device=self.device),
             query_start=query_start,
             context_lens_list=ctx,
+            max_context_len=max(ctx),
         )
         hidden = self.model(self._ids(tokens), self._ids(positions), self.kv_cache, meta, self.ops)
         return self.model.compute_logits(hidden[last_rows]).float()

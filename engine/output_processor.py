@@ -102,13 +102,13 @@ class OutputProcessor:
     def _state(self, s: Sequence) -> DetokState:
         state = self._detok.get(s.seq_id)
         if state is None:
-            state = self._detok[s.seq_id] = DetokState()
+            state = self._detok[s.seq_id] = DetokState(prefix=s.prompt_len, read=s.prompt_len)
         return state
 
     def _emit_text(self, s: Sequence) -> str:
         """Detokenize the newest token; returns the new text (and updates output_text)."""
         state = self._state(s)
-        new = detokenize_step(self.tokenizer, s.output_token_ids, state)
+        new = detokenize_step(self.tokenizer, s.token_ids, state)
         s.output_text = state.text
         return new
 
@@ -118,7 +118,7 @@ class OutputProcessor:
         self.emit(ev.Sample(s.seq_id, token, logprob))
         new = self._emit_text(s)
         p = g.params
-        if len(s.output_token_ids) >= p.max_tokens:
+        if s.num_output_tokens >= p.max_tokens:
             self.finish(g, s, "length")
         elif not p.ignore_eos and token in self.eos:
             self.finish(g, s, "stop")
@@ -132,7 +132,7 @@ class OutputProcessor:
         """End a live sequence: free its blocks, record why; ``text`` overrides its final text
         (a stop string cuts it), else any pending half character is flushed."""
         if text is None and status == SeqStatus.FINISHED:
-            text = detokenize_flush(self.tokenizer, s.output_token_ids, self._state(s))
+            text = detokenize_flush(self.tokenizer, s.token_ids, self._state(s))
         if text is not None:
             s.output_text = text
         self.bm.free(s)
@@ -151,7 +151,7 @@ class OutputProcessor:
         eos = not p.ignore_eos and token in self.eos
         if not (eos or p.stop):
             return False
-        ids = parent.output_token_ids + [token]
+        ids = parent.token_ids + [token]
         state = self._state(parent).copy()
         new = detokenize_step(self.tokenizer, ids, state)
         if eos:
@@ -162,7 +162,7 @@ class OutputProcessor:
     def _beam_step(self, g: SequenceGroup, live: list[Sequence],
                    ranked: list[tuple[int, int, float]], step_no: int) -> None:
         p = g.params
-        out_len = len(live[0].output_token_ids) + 1        # every live beam, after this token
+        out_len = live[0].num_output_tokens + 1        # every live beam, after this token
         ends = [self._stopping(g, live[parent], tok) for parent, tok, _ in ranked]
         running, new_finished = select_candidates(ranked, p.beam_width, ends)
         for c, text in new_finished:     # a finished hypothesis is kept as data: no blocks
@@ -193,7 +193,7 @@ class OutputProcessor:
             s.cumulative_logprob = c.cum_logprob
             self.emit(ev.Sample(s.seq_id, c.token_id, c.cum_logprob - parent_cum))
             self._emit_text(s)
-        hyp_scores = [beam_score(h.cumulative_logprob, len(h.output_token_ids), p.length_penalty)
+        hyp_scores = [beam_score(h.cumulative_logprob, h.num_output_tokens, p.length_penalty)
                       for h in g.done_seqs if h.status == SeqStatus.FINISHED]
         best_running = max((s.cumulative_logprob for s in g.seqs), default=None)
         if (out_len >= p.max_tokens or best_running is None

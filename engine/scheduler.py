@@ -31,7 +31,7 @@ class ScheduledBatch:
 def fanout(g: SequenceGroup) -> int:
     """Live sequences the group has once it has sampled: n (or beam_width) for a group that
     has not fanned out yet, else the sequences it has."""
-    fresh = len(g.seqs) == 1 and not g.done_seqs and len(g.seqs[0].output_token_ids) == 0
+    fresh = len(g.seqs) == 1 and not g.done_seqs and g.seqs[0].num_output_tokens == 0
     return g.params.width if fresh else len(g.seqs)
 
 
@@ -40,7 +40,7 @@ def first_decode_blocks(g: SequenceGroup, block_size: int) -> int:
     prefill's sample). A fresh group with prompt P fans out to w sequences sharing P's blocks:
     w new blocks if P ends on a block boundary, else w - 1 copy-on-write copies (the last
     sharer writes in place). A recomputed group's sequences each own their partial last block."""
-    generated = max(len(s.output_token_ids) for s in g.seqs)
+    generated = max(s.num_output_tokens for s in g.seqs)
     if generated + 1 >= g.params.max_tokens:
         return 0
     if fanout(g) != len(g.seqs):          # fresh n > 1 / beam group

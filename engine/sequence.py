@@ -47,6 +47,11 @@ class Sequence:
         return len(self.token_ids)
 
     @property
+    def num_output_tokens(self) -> int:
+        """len(output_token_ids) without copying them (per-step code uses this)."""
+        return len(self.token_ids) - self.prompt_len
+
+    @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.prompt_len:]
 

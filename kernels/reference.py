@@ -71,17 +71,19 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     return out[:, :, 0].to(q.dtype)
 
 
+_HAS_ENABLE_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # torch 2.5 added it
+
+
 def _sdpa_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
               scale: float) -> torch.Tensor:
     """SDPA where each KV head serves q_heads / kv_heads query heads (torch < 2.5 has no
     enable_gqa: expand K/V instead, the same result)."""
-    try:
+    if _HAS_ENABLE_GQA:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-    except TypeError:
-        group = q.shape[1] // k.shape[1]
-        return F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1),
-                                              v.repeat_interleave(group, 1), attn_mask=mask,
-                                              scale=scale)
+    group = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1),
+                                          v.repeat_interleave(group, 1), attn_mask=mask,
+                                          scale=scale)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
