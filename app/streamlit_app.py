@@ -27,6 +27,7 @@ from app.figures.pool_grid import pool_figure  # noqa: E402
 from app.figures.text_view import text_html  # noqa: E402
 from app.figures.timeline import timeline_figure  # noqa: E402
 from app.figures.address_space import address_space_figure  # noqa: E402
+from app.watch_view import watch_tab  # noqa: E402
 from app.figures.waste import (block_size_sweep_figure, request_table, waste_figure,  # noqa: E402
                                waste_headline)
 from app.narration import narrate  # noqa: E402
@@ -37,7 +38,7 @@ from app.trace_io import load_trace, metrics_csv, trace_json  # noqa: E402
 PLAY_INTERVAL_S = 1.0
 FIELDS = [f.name for f in fields(Settings) if f.name != "scenario"]
 CHART = {"displayModeBar": False, "displaylogo": False}
-TABS = ["Memory", "Text", "Events", "Tree", "Waste", "Export"]
+TABS = ["Memory", "Text", "Events", "Tree", "Waste", "Compare", "Watch vLLM", "Export"]
 CSS = """<style>
 [data-testid="stMainBlockContainer"] {padding-top: 2.6rem; padding-bottom: 1rem;}
 [data-testid="stSidebarHeader"] {display: none;}
@@ -284,9 +285,19 @@ def views(lab: Lab) -> None:
     with tabs["Waste"]:
         if tabs["Waste"].open:
             waste_tab(lab, snap, snaps)
+    with tabs["Compare"]:
+        if tabs["Compare"].open:
+            compare_tab(lab)
+    with tabs["Watch vLLM"]:
+        if tabs["Watch vLLM"].open:
+            watch_tab()
     with tabs["Export"]:
         if tabs["Export"].open:
             export_tab(lab, snaps)
+
+
+def compare_tab(lab: Lab) -> None:
+    st.info("The v0 / v1 comparison is being built.")
 
 
 def waste_tab(lab: Lab, snap, snaps) -> None:

@@ -27,13 +27,23 @@ from engine.block_pool import BlockPool
 from engine.sequence import Sequence, SeqStatus
 
 
-def hash_block(parent_hash: str, token_ids: list[int]) -> str:
+def hash_block(parent_hash: str, token_ids: list[int], extra_keys: tuple | None = None) -> str:
     """Chained content hash of a full block: equal hashes mean equal whole prefixes.
 
     The whole 64-hex-char digest, never truncated (DESIGN §4). A hex str, not bytes, so events,
-    snapshots and traces stay JSON-serialisable. ``parent_hash`` is "" for a first block."""
+    snapshots and traces stay JSON-serialisable. ``parent_hash`` is "" for a first block.
+    ``extra_keys`` (vLLM v1's name: the request's ``cache_salt`` on its first block) go into the
+    digest, so requests with different salts never share a block; None hashes as before."""
     data = parent_hash.encode() + array("q", token_ids).tobytes()
+    if extra_keys:
+        data += b"\x00extra:" + repr(tuple(extra_keys)).encode()
     return hashlib.sha256(data).hexdigest()
+
+
+def block_extra_keys(seq: Sequence, logical: int) -> tuple | None:
+    """Extra hash keys of a sequence's ``logical``-th block: its cache salt, on the first block
+    only (vLLM v1 kv_cache_utils.generate_block_hash_extra_keys; the chain carries it on)."""
+    return (seq.cache_salt,) if logical == 0 and seq.cache_salt else None
 
 
 class BlockManager:
@@ -45,6 +55,9 @@ class BlockManager:
         self.caching = enable_prefix_caching
         self.emit = emit
         self.pending_copies: list[tuple[int, int]] = []   # CoW (src, dst) for this step
+        # vLLM's prefix-cache metrics, in tokens: prompt tokens looked up, and found cached
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
 
     def pool_of(self, seq: Sequence) -> BlockPool:
         """The pool ``seq``'s block table points into: the one stored with the table."""
@@ -60,7 +73,23 @@ class BlockManager:
         while len(seq.block_hashes) < len(seq.token_ids) // bs:
             i = len(seq.block_hashes)
             seq.block_hashes.append(hash_block(self._parent_hash(seq, i),
-                                               seq.token_ids[i * bs:(i + 1) * bs]))
+                                               seq.token_ids[i * bs:(i + 1) * bs],
+                                               block_extra_keys(seq, i)))
+
+    def _register(self, seq: Sequence, b: int, logical: int, pool: BlockPool | None = None) -> None:
+        """Offer ``seq``'s full ``logical``-th block (physical ``b``) to the prefix cache; a
+        block that entered it is announced (``Cached``, vLLM's ``BlockStored``)."""
+        pool = pool or self.gpu
+        h, parent = seq.block_hashes[logical], self._parent_hash(seq, logical)
+        if pool.register(b, h, parent, block_extra_keys(seq, logical)):
+            self.emit(ev.Cached(seq.seq_id, b, h, parent, tuple(pool.tokens[b])))
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's reset_prefix_cache: only when no block is in use; emits ``CacheReset``."""
+        if not self.gpu.reset_cache():
+            return False
+        self.emit(ev.CacheReset())
+        return True
 
     def _prefix_hits(self, seq: Sequence) -> list[int]:
         """Cached blocks matching the prompt's leading full blocks. At least one token is left
@@ -75,6 +104,11 @@ class BlockManager:
                 break
             hits.append(b)
         return hits
+
+    def _count_query(self, seq: Sequence, hit_blocks: int) -> None:
+        if self.caching:
+            self.prefix_cache_queries += seq.num_tokens
+            self.prefix_cache_hits += hit_blocks * self.block_size
 
     # ---- prefill -----------------------------------------------------------------------
     def _shared_prefix(self, first: Sequence | None, seq: Sequence) -> int:
@@ -117,7 +151,9 @@ class BlockManager:
             if self.caching:
                 self._update_hashes(seq)
         else:
-            for i, b in enumerate(self._prefix_hits(seq)):
+            hits = self._prefix_hits(seq)
+            self._count_query(seq, len(hits))
+            for i, b in enumerate(hits):
                 self.gpu.incref(b)
                 seq.block_table.append(b)
                 self.emit(ev.PrefixHit(seq.seq_id, i, b, seq.block_hashes[i]))
@@ -126,7 +162,7 @@ class BlockManager:
             b = self._allocate(seq, i)
             self.gpu.write(b, seq.token_ids[i * bs:(i + 1) * bs])
             if self.caching and len(self.gpu.tokens[b]) == bs:
-                self.gpu.register(b, seq.block_hashes[i], self._parent_hash(seq, i))
+                self._register(seq, b, i)
         seq.num_computed = reused * bs
         return seq.num_computed
 
@@ -188,7 +224,7 @@ class BlockManager:
         self.emit(ev.Append(seq.seq_id, token, logical, b, b * bs + offset))
         if self.caching and offset == bs - 1:
             self._update_hashes(seq)
-            self.gpu.register(b, seq.block_hashes[logical], self._parent_hash(seq, logical))
+            self._register(seq, b, logical)
         return b * bs + offset
 
     # ---- fork / free ---------------------------------------------------------------------
@@ -249,7 +285,7 @@ class BlockManager:
             for seq in seqs:
                 for i, h in enumerate(seq.block_hashes[:len(seq.block_table)]):
                     if len(dst.tokens[seq.block_table[i]]) == self.block_size:
-                        dst.register(seq.block_table[i], h, self._parent_hash(seq, i))
+                        self._register(seq, seq.block_table[i], i, dst)
         return list(mapping.items())
 
     def swap_out(self, seqs: list[Sequence]) -> list[tuple[int, int]]:

@@ -9,9 +9,11 @@ Invariants (kept by every method here, checked by ``Engine.check_invariants``):
 - ``cached[h] == b`` iff ``block_hash[b] == h``; only full blocks are hashed. A cached block whose
   refcount drops to 0 stays in the map (and keeps its tokens) until it is reallocated: the free
   queue is LRU-ordered, so the least recently released block is evicted first.
-- A hashed block remembers the hash it was chained from: ``block_hash[b] ==
-  hash_block(parent_hash[b], tokens[b])``. The predecessor block may be evicted while ``b`` stays
+- A hashed block remembers the hash it was chained from and the extra keys (cache salt) that
+  went into it: ``block_hash[b] == hash_block(parent_hash[b], tokens[b], extra_keys[b])``. The predecessor block may be evicted while ``b`` stays
   cached, so this is what lets the prefix cache be checked sound at any time.
+- With ``null_block`` (vLLM v1), block 0 is the null block: never handed out, never freed, in
+  no table and not on the free queue; so free + used == total - 1 (vLLM v1 block_pool.py).
 """
 from __future__ import annotations
 
@@ -19,18 +21,26 @@ from collections import OrderedDict
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, block_size: int, device: str):
+    def __init__(self, num_blocks: int, block_size: int, device: str, null_block: bool = False):
         self.num_blocks = num_blocks
+        self.null_block = 0 if null_block else None
         self.block_size = block_size
         self.device = device
         self.ref_count = [0] * num_blocks
         self.tokens: list[list[int]] = [[] for _ in range(num_blocks)]
         self.block_hash: list[str | None] = [None] * num_blocks    # full sha256 hex digest
         self.parent_hash: list[str | None] = [None] * num_blocks   # "" for a first block
+        self.extra_keys: list[tuple | None] = [None] * num_blocks
         self.version = [0] * num_blocks
         self.cached: dict[str, int] = {}
         # LRU order: allocate from the front, release to the back.
-        self.free_queue: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.free_queue: OrderedDict[int, None] = OrderedDict(
+            (b, None) for b in range(num_blocks) if b != self.null_block)
+
+    @property
+    def num_usable(self) -> int:
+        """Blocks that can ever be handed out (all but the null block)."""
+        return self.num_blocks - (self.null_block is not None)
 
     @property
     def num_free(self) -> int:
@@ -47,6 +57,7 @@ class BlockPool:
             del self.cached[evicted]
             self.block_hash[b] = None
             self.parent_hash[b] = None
+            self.extra_keys[b] = None
         self.tokens[b] = []
         self.ref_count[b] = 1
         return b, evicted
@@ -69,14 +80,31 @@ class BlockPool:
         self.free_queue[b] = None
         return True
 
-    def register(self, b: int, block_hash: str, parent_hash: str) -> None:
-        """Offer a full block to the prefix cache (the first block with a given hash wins).
-        ``block_hash`` is chained from ``parent_hash``, the previous block's hash ("" if none)."""
-        if block_hash not in self.cached and self.block_hash[b] is None:
+    def register(self, b: int, block_hash: str, parent_hash: str,
+                 extra_keys: tuple | None = None) -> bool:
+        """Offer a full block to the prefix cache (the first block with a given hash wins);
+        True when ``b`` entered it. ``block_hash`` is chained from ``parent_hash``, the previous
+        block's hash ("" if none), over the block's tokens and ``extra_keys``."""
+        if block_hash in self.cached or self.block_hash[b] is not None:
+            return False
+        self.version[b] += 1
+        self.cached[block_hash] = b
+        self.block_hash[b] = block_hash
+        self.parent_hash[b] = parent_hash
+        self.extra_keys[b] = extra_keys
+        return True
+
+    def reset_cache(self) -> bool:
+        """Drop every prefix-cache entry, as vLLM's ``reset_prefix_cache``: only when no block
+        is in use (a running request's hashes must stay valid); False (nothing done) otherwise."""
+        if self.num_free != self.num_usable:
+            return False
+        for b in self.cached.values():
             self.version[b] += 1
-            self.cached[block_hash] = b
-            self.block_hash[b] = block_hash
-            self.parent_hash[b] = parent_hash
+            self.block_hash[b] = self.parent_hash[b] = self.extra_keys[b] = None
+            self.tokens[b] = []
+        self.cached.clear()
+        return True
 
     def write(self, b: int, token_ids: list[int]) -> None:
         """Record the tokens whose K/V this step stores into ``b`` (appended in slot order)."""

@@ -78,6 +78,7 @@ class Prefill(Event):
     seq_id: int
     start: int
     end: int
+    total: int | None = None       # v1 chunked prefill: the prompt's length (chunk of total)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,25 @@ class PrefixHit(Event):
     logical: int
     physical: int
     block_hash: str
+
+
+@dataclass(frozen=True)
+class Cached(Event):
+    """A full block entered the prefix cache under ``block_hash`` (chained from ``parent_hash``,
+    "" for a first block). What vLLM publishes as a ``BlockStored`` KV event."""
+    kind: ClassVar[str] = "cached"
+    seq_id: int
+    physical: int
+    block_hash: str
+    parent_hash: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CacheReset(Event):
+    """Every prefix-cache entry was dropped (``Engine.reset_prefix_cache``; vLLM's
+    ``AllBlocksCleared``)."""
+    kind: ClassVar[str] = "cache_reset"
 
 
 @dataclass(frozen=True)
@@ -148,7 +168,7 @@ class Finish(Event):
 
 
 EVENT_KINDS = {cls.kind: cls for cls in (Alloc, Free, Evict, Fork, Cow, Prefill, Append, PrefixHit,
-                                         Preempt, SwapOut, SwapIn, Sample, BeamPrune, Finish)}
+                                         Cached, CacheReset, Preempt, SwapOut, SwapIn, Sample, BeamPrune, Finish)}
 
 
 def event_from_dict(d: dict) -> Event:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from engine.block_manager import BlockManager, hash_block
+from engine.block_manager import BlockManager, block_extra_keys, hash_block
 from engine.block_pool import BlockPool
 from engine.sequence import Sequence, SequenceGroup, SeqStatus
 
@@ -21,6 +21,7 @@ HASH_CHAIN = "every cached block's hash matches its tokens and its predecessor"
 CACHE_MAP = "the cache map and block hashes agree"
 STATUS_QUEUE = "statuses match queues"
 NO_PENDING_COPIES = "no pending copies between steps"
+NULL_BLOCK = "the null block is in no table, not free and never cached"
 TABLE_POOL = "swapped sequences' blocks are in the CPU pool, running ones' in the GPU pool"
 
 
@@ -61,17 +62,27 @@ def check_invariants(bm: BlockManager, groups: list[SequenceGroup], scheduler) -
                 _fail("refcounts match table references",
                       f"{pool.device} block {b}: ref_count {pool.ref_count[b]}, "
                       f"{refs[pool.device][b]} table references")
+            if b == pool.null_block:
+                if b in pool.free_queue or pool.ref_count[b] or pool.block_hash[b]:
+                    _fail(NULL_BLOCK, f"{pool.device} block {b} is referenced, free or cached")
+                continue
             if (pool.ref_count[b] == 0) != (b in pool.free_queue):
                 _fail("free list holds exactly the blocks with refcount 0",
                       f"{pool.device} block {b} ref_count {pool.ref_count[b]}")
         used = sum(1 for rc in pool.ref_count if rc)
-        if used + pool.num_free != pool.num_blocks:
-            _fail("free + used = total", f"{pool.device}: {used} + {pool.num_free} != {pool.num_blocks}")
+        if used + pool.num_free != pool.num_usable:
+            _fail("free + used = total", f"{pool.device}: {used} + {pool.num_free} != "
+                                         f"{pool.num_usable}")
         for b in pool.cached.values():
             if len(pool.tokens[b]) != bs:
                 _fail("prefix cache maps hashes to full blocks", f"{pool.device} block {b}")
         _check_cache_map(pool)
         _check_block_hashes(pool)
+    for g in groups:
+        for s in g.seqs:
+            if bm.gpu.null_block is not None and bm.gpu.null_block in s.block_table \
+                    and s.block_device == "gpu":
+                _fail(NULL_BLOCK, f"seq {s.seq_id}'s table holds the null block")
     if bm.pending_copies:
         # the scheduler hands them to the step's batch; left here they would be run late, or
         # never, and the copied-to block would hold garbage K/V
@@ -104,7 +115,7 @@ def _check_seq_hashes(s: Sequence, pool: BlockPool, bs: int) -> None:
     carries this chain's hash at that position (so a prefix hit on it serves this prefix)."""
     parent = ""
     for i, h in enumerate(s.block_hashes):
-        if h != hash_block(parent, s.token_ids[i * bs:(i + 1) * bs]):
+        if h != hash_block(parent, s.token_ids[i * bs:(i + 1) * bs], block_extra_keys(s, i)):
             _fail(HASH_CHAIN, f"seq {s.seq_id} block_hashes[{i}] does not match its tokens")
         parent = h
     for i, b in enumerate(s.block_table):
@@ -127,7 +138,7 @@ def _check_block_hashes(pool: BlockPool) -> None:
         if h is None:
             continue
         parent = pool.parent_hash[b]
-        if parent is None or h != hash_block(parent, pool.tokens[b]):
+        if parent is None or h != hash_block(parent, pool.tokens[b], pool.extra_keys[b]):
             _fail(HASH_CHAIN, f"{pool.device} block {b}: hash {h} is not the hash of its tokens "
                               f"{pool.tokens[b]} chained from {parent!r}")
 

@@ -56,7 +56,7 @@ class Engine:
                                                               runner.backend)
         self._events: list[ev.Event] = []
         self.bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,
-                               config.enable_prefix_caching, self._events.append)
+                               config.prefix_caching, self._events.append)
         self.scheduler = Scheduler(self.bm, config.preemption_mode, config.max_num_seqs,
                                    config.max_num_batched_tokens, self._events.append)
         self.inputs = InputProcessor(spec, tokenizer, config)
@@ -75,6 +75,11 @@ class Engine:
             self.recorder = SnapshotRecorder(self, self.baselines, config.max_history,
                                              detailed_snapshots)
             self.observers = [self.baselines, self.recorder]   # baselines first: snapshots read them
+        # publishers watch every step, also during generate(): a KV event stream has no gaps
+        self.publishers = []
+        if config.kv_events_endpoint is not None:
+            from engine.kv_events import KVEventPublisher
+            self.publishers.append(KVEventPublisher.from_config(config))
 
     @classmethod
     def length_only(cls, config: EngineConfig | None = None, *, max_model_len: int = 2048,
@@ -141,8 +146,24 @@ class Engine:
             self.outputs.finish(group, s, "abort")
         self.scheduler.remove(group)
         events = self._take_events()
-        for o in self.observers:
+        for o in (*self.observers, *self.publishers):
             o.on_abort(self, request_id, events)
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every prefix-cache entry (vLLM's ``LLM.reset_prefix_cache``): only when no block
+        is in use; returns whether it was done. Observers see a "reset" record."""
+        if not self.bm.reset_prefix_cache():
+            return False
+        record = StepRecord(self.step_no, "reset", self._take_events(), (), 0.0)
+        for o in (*self.observers, *self.publishers):
+            o.on_step(self, record)
+        return True
+
+    def close(self) -> None:
+        """Stop the KV event publisher (its sockets and thread); the engine stays usable."""
+        for p in self.publishers:
+            p.close()
+        self.publishers = []
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -163,7 +184,7 @@ class Engine:
         self.step_no += 1
         record = StepRecord(self.step_no, batch.kind, self._take_events(), tuple(finished),
                             time.perf_counter() - t0)
-        for o in self.observers:
+        for o in (*self.observers, *self.publishers):
             o.on_step(self, record)
         return StepResult(self.step_no, batch.kind, record.events, self.snapshot, record.finished,
                           record.step_time_s)

@@ -114,7 +114,7 @@ class SnapshotRecorder(Observer):
             block_cache=self._block_states, index=self.recorded,
             slabs=self.baselines.slabs() if self.baselines else ())
         self.recorded += 1
-        if kind not in ("init", "abort"):
+        if kind not in ("init", "abort", "reset"):
             self.accounting_log.append((snap.step, snap.accounting))
         self.event_counts.update(e.kind for e in events)
         self.history.append(snap)

@@ -93,7 +93,7 @@ class OutputProcessor:
         child = Sequence(self.new_seq_id(), g.request_id, list(parent.token_ids),
                          parent.prompt_len, parent_seq_id=parent.seq_id, born_step=step_no + 1,
                          status=parent.status, cumulative_logprob=parent.cumulative_logprob,
-                         output_text=parent.output_text)
+                         output_text=parent.output_text, cache_salt=parent.cache_salt)
         self.bm.fork(parent, child)
         self._detok[child.seq_id] = self._state(parent).copy()
         g.seqs.append(child)

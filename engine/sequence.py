@@ -40,6 +40,8 @@ class Sequence:
     block_hashes: list[str] = field(default_factory=list)
     cumulative_logprob: float = 0.0
     output_text: str = ""
+    # vLLM's cache_salt: only sequences with the same salt share prefix-cache blocks
+    cache_salt: str | None = None
     finish_reason: str | None = None
 
     @property
@@ -72,6 +74,7 @@ class SequenceGroup:
     seqs: list[Sequence] = field(default_factory=list)          # live (not finished/pruned)
     done_seqs: list[Sequence] = field(default_factory=list)     # finished, pruned, beam hyps
     forked: bool = False        # n > 1 / beam: the first sampling step has fanned out
+    cache_salt: str | None = None
 
     @property
     def is_finished(self) -> bool:
