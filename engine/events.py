@@ -125,7 +125,8 @@ class CacheReset(Event):
 class Preempt(Event):
     kind: ClassVar[str] = "preempt"
     seq_id: int
-    mode: str
+    mode: str                      # "recompute" or "swap"
+    rule: str = ""                 # why this victim (v1 states its rule)
 
 
 @dataclass(frozen=True)

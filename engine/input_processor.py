@@ -25,6 +25,13 @@ def blocks_needed_worst_case(prompt_len: int, params: SamplingParams, block_size
     return shared + params.width * per_seq
 
 
+BEAM_SEARCH_IN_V1 = (
+    "beam search is not part of vLLM v1's engine core: vLLM moved it out of the scheduler into "
+    "its entry point (LLM.beam_search), which submits one single-token request per beam at every "
+    "step and lets the prefix cache share the beams' blocks. This lab's v1 engine refuses it; "
+    "choose semantics='v0' to see beam search's forks and copy-on-write in the engine.")
+
+
 def resolve_max_model_len(requested: int | None, model_context: int) -> int:
     """EngineConfig.max_model_len, checked against what the model supports (vLLM refuses a
     max_model_len above the model's context too)."""
@@ -88,14 +95,24 @@ class InputProcessor:
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer (this model has none)")
         cfg = self.config
-        need = blocks_needed_worst_case(len(ids), params, cfg.block_size)
-        if need > cfg.num_gpu_blocks:
+        if cfg.semantics == "v1":
+            if params.use_beam_search:
+                raise ValueError(BEAM_SEARCH_IN_V1)
+            # each of the n child requests must fit alone (the others can be preempted), in
+            # every block but the null block
+            need = -(-kv_tokens_at_most(len(ids), params.max_tokens) // cfg.block_size)
+            usable, width = cfg.num_gpu_blocks - 1, ""
+            pool = f"{usable} usable blocks (block 0 is v1's null block)"
+        else:
+            need = blocks_needed_worst_case(len(ids), params, cfg.block_size)
+            usable = cfg.num_gpu_blocks
             width = f" x {params.width} sequences" if params.width > 1 else ""
+            pool = f"only {usable}"
+        if need > usable:
             raise ValueError(
                 f"this request can need {need} KV blocks ({len(ids)} prompt + {params.max_tokens} "
-                f"new tokens{width}, block_size {cfg.block_size}) but the pool has only "
-                f"{cfg.num_gpu_blocks}: it could never run. Raise num_gpu_blocks or lower "
-                "max_tokens / n / beam_width.")
+                f"new tokens{width}, block_size {cfg.block_size}) but the pool has {pool}: it "
+                "could never run. Raise num_gpu_blocks or lower max_tokens / n / beam_width.")
         if params.width > cfg.max_num_seqs:
             raise ValueError(f"n/beam_width {params.width} exceeds max_num_seqs "
                              f"{cfg.max_num_seqs}")

@@ -7,6 +7,7 @@ input_processor.py, sampling results in output_processor.py, and everything that
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.input_processor import InputProcessor, blocks_needed_worst_case
 from engine.invariants import check_invariants
+from engine.kv_cache_manager_v1 import KVCacheManagerV1
 from engine.length_only import SyntheticRunner
 from engine.model_runner import ModelRunner
 from engine.models.spec import ModelSpec
@@ -25,7 +27,8 @@ from engine.observers import ContiguousBaselines, SnapshotRecorder, StepRecord
 from engine.outputs import RequestOutput
 from engine.output_processor import OutputProcessor
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import ScheduledBatch, Scheduler
+from engine.scheduler_v1 import SchedulerV1
 from engine.sequence import Sequence, SequenceGroup
 from engine.snapshot import StepSnapshot
 
@@ -55,15 +58,25 @@ class Engine:
         self.runner, self.device, self.dtype, self.backend = (runner, runner.device, runner.dtype,
                                                               runner.backend)
         self._events: list[ev.Event] = []
-        self.bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,
-                               config.prefix_caching, self._events.append)
-        self.scheduler = Scheduler(self.bm, config.preemption_mode, config.max_num_seqs,
-                                   config.max_num_batched_tokens, self._events.append)
+        emit = self._events.append
+        if config.semantics == "v1":
+            self.bm = KVCacheManagerV1(config.num_gpu_blocks, config.block_size,
+                                       config.prefix_caching, emit)
+            self.scheduler = SchedulerV1(self.bm, config.max_num_seqs,
+                                         config.max_num_batched_tokens,
+                                         config.long_prefill_token_threshold, emit)
+        else:
+            self.bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks,
+                                   config.block_size, config.prefix_caching, emit)
+            self.scheduler = Scheduler(self.bm, config.preemption_mode, config.max_num_seqs,
+                                       config.max_num_batched_tokens, emit)
         self.inputs = InputProcessor(spec, tokenizer, config)
         self._seq_ids = itertools.count()
         self.outputs = OutputProcessor(self.bm, spec.eos_token_ids, tokenizer,
                                        self._events.append, lambda: next(self._seq_ids))
         self.groups: dict[str, SequenceGroup] = {}
+        # v1 parallel sampling: a request with n > 1 runs as n child requests (their ids)
+        self.children: dict[str, list[str]] = {}
         self.num_finished = 0
         self.step_no = 0
         self._arrivals = itertools.count()
@@ -116,35 +129,70 @@ class Engine:
         return self.inputs.check(prompt, params)
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None) -> str:
-        """Queue a request; raises ValueError (engine unchanged) if it can never run."""
+                    request_id: str | None = None, *, cache_salt: str | None = None) -> str:
+        """Queue a request; raises ValueError (engine unchanged) if it can never run.
+
+        ``cache_salt`` (vLLM's name): only requests with the same salt share prefix-cache
+        blocks. In v1 a request with n > 1 becomes n child requests with ids ``"{i}_{id}"``,
+        child i seeded with seed + i (vLLM v1 engine/parallel_sampling.py); the id returned is
+        the parent's, and ``get_output`` gathers the children's outputs."""
         ids, params = self.check_request(prompt, params)
+        if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+            raise ValueError(f"cache_salt must be a non-empty string or None, got {cache_salt!r}")
         if request_id is None:
-            request_id = str(len(self.groups))
-            while request_id in self.groups:
+            request_id = str(len(self.groups) + len(self.children))
+            while self._id_taken(request_id, params):
                 request_id += "'"
-        elif request_id in self.groups:
+        elif self._id_taken(request_id, params):
             raise ValueError(f"request id {request_id!r} is already in use")
-        seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + len(self.groups)
+        seed = (params.seed if params.seed is not None
+                else self.config.seed * 1_000_003 + len(self.groups))
+        if self.config.semantics == "v1" and params.n > 1:
+            self.children[request_id] = [f"{i}_{request_id}" for i in range(params.n)]
+            for i, child in enumerate(self.children[request_id]):
+                self._add_group(child, prompt, ids,
+                                dataclasses.replace(params, n=1, seed=seed + i), seed + i,
+                                cache_salt)
+        else:
+            self._add_group(request_id, prompt, ids, params, seed, cache_salt)
+        return request_id
+
+    def _id_taken(self, request_id: str, params: SamplingParams) -> bool:
+        if request_id in self.groups or request_id in self.children:
+            return True
+        return (self.config.semantics == "v1" and params.n > 1
+                and any(f"{i}_{request_id}" in self.groups for i in range(params.n)))
+
+    def _add_group(self, request_id: str, prompt, ids: list[int], params: SamplingParams,
+                   seed: int, cache_salt: str | None) -> None:
         # on the device the logits come out on: sampling runs there (engine/sampler.py)
         gen = torch.Generator(device=self.device).manual_seed(seed)
         group = SequenceGroup(request_id, prompt if isinstance(prompt, str) else None, ids, params,
-                              next(self._arrivals), gen)
+                              next(self._arrivals), gen, cache_salt=cache_salt)
         group.seqs.append(Sequence(next(self._seq_ids), request_id, list(ids), len(ids),
-                                   born_step=self.step_no))
+                                   born_step=self.step_no, cache_salt=cache_salt))
         self.groups[request_id] = group
         self.scheduler.add(group)
         for o in self.observers:
             o.on_add(self, group)
-        return request_id
+
+    def request_ids(self, request_id: str) -> list[str]:
+        """The engine requests behind a request id: itself, or its v1 child requests."""
+        if request_id in self.children:
+            return self.children[request_id]
+        if request_id in self.groups:
+            return [request_id]
+        raise ValueError(f"unknown request id {request_id!r}")
+
+    def is_finished(self, request_id: str) -> bool:
+        return all(self.groups[r].is_finished for r in self.request_ids(request_id))
 
     def abort_request(self, request_id: str) -> None:
-        group = self.groups.get(request_id)
-        if group is None:
-            raise ValueError(f"unknown request id {request_id!r}")
-        for s in list(group.seqs):
-            self.outputs.finish(group, s, "abort")
-        self.scheduler.remove(group)
+        for rid in self.request_ids(request_id):
+            group = self.groups[rid]
+            for s in list(group.seqs):
+                self.outputs.finish(group, s, "abort")
+            self.scheduler.remove(group)
         events = self._take_events()
         for o in (*self.observers, *self.publishers):
             o.on_abort(self, request_id, events)
@@ -175,9 +223,17 @@ class Engine:
         finished: list[str] = []
         if batch.kind != "idle":
             logits = self.runner.execute(batch)
-            for s in batch.seqs:
-                s.num_computed = s.num_tokens
-            finished = self.outputs.process(batch, logits, self.step_no)
+            ends = batch.ends or [s.num_tokens for s in batch.seqs]
+            for s, end in zip(batch.seqs, ends):
+                s.num_computed = end
+            sampling = batch
+            if batch.ends:      # v1: only requests whose last known token was computed sample
+                rows = [i for i, s in enumerate(batch.seqs) if s.num_computed == s.num_tokens]
+                sampling = ScheduledBatch(batch.kind, groups=[batch.groups[i] for i in rows],
+                                          seqs=[batch.seqs[i] for i in rows])
+                logits = logits[rows]
+            if sampling.seqs:
+                finished = self.outputs.process(sampling, logits, self.step_no)
             for rid in finished:
                 self.scheduler.remove(self.groups[rid])
             self.num_finished += len(finished)
@@ -196,7 +252,15 @@ class Engine:
 
     # ---- outputs -------------------------------------------------------------------------
     def get_output(self, request_id: str) -> RequestOutput:
-        return self.outputs.request_output(self.groups[request_id])
+        rids = self.request_ids(request_id)
+        if rids == [request_id]:
+            return self.outputs.request_output(self.groups[request_id])
+        # v1 parallel sampling: the children's completions, child i as output i
+        outs = [self.outputs.request_output(self.groups[r]) for r in rids]
+        completions = [dataclasses.replace(o.outputs[0], index=i) for i, o in enumerate(outs)]
+        first = outs[0]
+        return RequestOutput(request_id, first.prompt, first.prompt_token_ids, completions,
+                             all(o.finished for o in outs))
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None
                  ) -> list[RequestOutput]:
@@ -215,7 +279,7 @@ class Engine:
         observers, self.observers = self.observers, []
         try:
             rids = [self.add_request(pr, p) for pr, p in zip(prompts, params_list)]
-            while any(not self.groups[r].is_finished for r in rids):
+            while any(not self.is_finished(r) for r in rids):
                 result = self.step()
                 if result.kind == "idle" and not self.scheduler.running:
                     raise RuntimeError("the scheduler cannot make progress (pool too small?)")

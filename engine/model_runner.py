@@ -88,22 +88,24 @@ class ModelRunner:
             self.ops.copy_blocks(self.kv_cache, self._ids(src), self._ids(dst))
 
         seqs = batch.seqs
-        prefill = batch.kind == "prefill"
-        if prefill:
-            tokens, positions, query_start = [], [], [0]
-            for s, start in zip(seqs, batch.starts):
-                tokens += s.token_ids[start:]
-                positions += range(start, s.num_tokens)
-                query_start.append(len(tokens))
-            last_rows = [q - 1 for q in query_start[1:]]
+        if batch.ends:          # v1: every sequence computes tokens [start, end) of its own
+            spans = list(zip(batch.starts, batch.ends))
+            prefill = any(end - start > 1 for start, end in spans)
+        elif batch.kind == "prefill":
+            spans = [(start, s.num_tokens) for s, start in zip(seqs, batch.starts)]
+            prefill = True
         else:
-            tokens = [s.token_ids[-1] for s in seqs]
-            positions = [s.num_tokens - 1 for s in seqs]
-            query_start = list(range(len(seqs) + 1))
-            last_rows = list(range(len(seqs)))
+            spans = [(s.num_tokens - 1, s.num_tokens) for s in seqs]
+            prefill = False
+        tokens, positions, query_start = [], [], [0]
+        for s, (start, end) in zip(seqs, spans):
+            tokens += s.token_ids[start:end]
+            positions += range(start, end)
+            query_start.append(len(tokens))
+        last_rows = [q - 1 for q in query_start[1:]]
         max_blocks = max(len(s.block_table) for s in seqs)
         tables = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs]
-        ctx = [s.num_tokens for s in seqs]
+        ctx = [end for _, end in spans]           # the cache holds [0, end) after the write
         meta = AttentionMetadata(
             is_prefill=prefill,
             slot_mapping=self._ids(batch.slot_mapping),

@@ -112,7 +112,8 @@ class SnapshotRecorder(Observer):
             baselines=self.baselines.accounting() if self.baselines else (),
             detailed=self.detailed, done_cache=self._done_states,
             block_cache=self._block_states, index=self.recorded,
-            slabs=self.baselines.slabs() if self.baselines else ())
+            slabs=self.baselines.slabs() if self.baselines else (),
+            semantics=engine.config.semantics, num_preemptions=s.num_preemptions)
         self.recorded += 1
         if kind not in ("init", "abort", "reset"):
             self.accounting_log.append((snap.step, snap.accounting))

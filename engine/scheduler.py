@@ -22,6 +22,9 @@ class ScheduledBatch:
     groups: list[SequenceGroup] = field(default_factory=list)
     seqs: list[Sequence] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)        # prefill: first token to compute
+    # v1: each sequence computes tokens [starts[i], ends[i]) (a chunk or one decode token);
+    # empty in v0, where a prefill runs to the end and a decode computes the newest token
+    ends: list[int] = field(default_factory=list)
     slot_mapping: list[int] = field(default_factory=list)  # flat slot of every computed token
     copies: list[tuple[int, int]] = field(default_factory=list)     # CoW src -> dst
     swap_in: list[tuple[int, int]] = field(default_factory=list)    # cpu -> gpu
@@ -60,6 +63,7 @@ class Scheduler:
         self.waiting: list[SequenceGroup] = []     # kept in arrival order
         self.running: list[SequenceGroup] = []     # kept in arrival order
         self.swapped: list[SequenceGroup] = []     # kept in arrival order
+        self.num_preemptions = 0                   # requests preempted (vLLM's metric)
 
     def add(self, group: SequenceGroup) -> None:
         self._insert(self.waiting, group)
@@ -182,6 +186,7 @@ class Scheduler:
         return batch
 
     def _preempt(self, g: SequenceGroup) -> list[tuple[int, int]]:
+        self.num_preemptions += 1
         if self.preemption_mode == "swap" and self.bm.can_swap_out(g.seqs):
             for s in g.seqs:
                 self.emit(ev.Preempt(s.seq_id, "swap"))

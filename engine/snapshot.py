@@ -45,7 +45,7 @@ class BlockState:
     seq_ids: tuple[int, ...]       # sequences whose table points here
     block_hash: str | None
     token_ids: tuple[int, ...]
-    state: str                     # free / used / shared / cached (free, reusable by hash)
+    state: str                     # free / used / shared / cached (free, reusable by hash) / null
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,14 @@ class PoolStats:
     num_running: int
     num_swapped: int
     logical_blocks: int            # sum of table lengths: blocks needed without sharing
+    # vLLM's metric names: kv_cache_usage_perc = 1 - free / usable blocks (cached-but-free
+    # blocks count as free; v1's null block is not usable); the prefix cache's queries and
+    # hits in tokens; requests preempted so far
+    kv_cache_usage_perc: float = 0.0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    num_preemptions: int = 0
+    null_blocks: int = 0           # v1: block 0, never handed out
 
     @property
     def blocks_saved_by_sharing(self) -> int:
@@ -90,6 +98,7 @@ class StepSnapshot:
     index: int = 0
     # every running request's extent in each contiguous baseline's address space (by start)
     slabs: tuple[Slab, ...] = ()
+    semantics: str = "v0"          # which vLLM engine's rules made this step: v0 or v1
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -109,6 +118,7 @@ class StepSnapshot:
                 **{k: d[k] for k in ("step", "kind", "model", "backend", "device", "block_size",
                                      "step_time_s")},
                 index=int(d.get("index", 0)),
+                semantics=str(d.get("semantics", "v0")),
                 sequences=tuple(SeqState(**tuples(x)) for x in d["sequences"]),
                 blocks=tuple(BlockState(**tuples(x)) for x in d["blocks"]),
                 cpu_blocks=tuple(BlockState(**tuples(x)) for x in d["cpu_blocks"]),
@@ -135,7 +145,8 @@ def _blocks(pool: BlockPool, owners: dict[int, list[int]], cache: dict) -> tuple
             continue
         rc = pool.ref_count[b]
         h = pool.block_hash[b]
-        state = "shared" if rc > 1 else "used" if rc == 1 else "cached" if h else "free"
+        state = ("null" if b == pool.null_block else "shared" if rc > 1 else "used" if rc == 1
+                 else "cached" if h else "free")
         block = BlockState(b, pool.device, rc, len(pool.tokens[b]), seq_ids, h,
                            tuple(pool.tokens[b]), state)
         cache[(pool.device, b)] = (key, block)
@@ -149,7 +160,8 @@ def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: Blo
                    running_seqs: int, finished: int, baselines: tuple[Accounting, ...],
                    detailed: bool = True, done_cache: dict | None = None,
                    block_cache: dict | None = None, index: int = 0,
-                   slabs: tuple = ()) -> StepSnapshot:
+                   slabs: tuple = (), semantics: str = "v0",
+                   num_preemptions: int = 0) -> StepSnapshot:
     """``detailed=False`` (large length-only simulations) leaves out sequences and blocks.
     ``done_cache`` (seq_id -> SeqState) lets finished sequences be built once, not every step."""
     done_cache = {} if done_cache is None else done_cache
@@ -184,9 +196,12 @@ def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: Blo
         token_capacity=gpu.num_blocks * gpu.block_size, bytes_per_block=bytes_per_block,
         cpu_total_blocks=cpu.num_blocks, cpu_used_blocks=cpu.num_blocks - cpu.num_free,
         num_waiting=queues[0], num_running=queues[1], num_swapped=queues[2],
-        logical_blocks=logical)
+        logical_blocks=logical,
+        kv_cache_usage_perc=1 - gpu.num_free / gpu.num_usable if gpu.num_usable else 0.0,
+        prefix_cache_queries=bm.prefix_cache_queries, prefix_cache_hits=bm.prefix_cache_hits,
+        num_preemptions=num_preemptions, null_blocks=gpu.num_blocks - gpu.num_usable)
     accounting = (paged_accounting(stats, gpu.block_size, running_seqs, finished),) + baselines
     return StepSnapshot(step, kind, model, backend, device, gpu.block_size, tuple(seqs),
                         _blocks(gpu, gpu_owners, block_cache) if detailed else (),
                         _blocks(cpu, cpu_owners, block_cache) if detailed else (), stats, events,
-                        step_time_s, accounting, index, tuple(slabs))
+                        step_time_s, accounting, index, tuple(slabs), semantics)

@@ -1,0 +1,96 @@
+"""vLLM v1's KV cache manager: slots for a token budget, sharing only through the prefix cache.
+
+Follows vLLM's ``vllm/v1/core/kv_cache_manager.py`` and ``block_pool.py`` (facts, not code):
+- Block 0 is the null block: never handed out, never freed (``BlockPool(null_block=True)``).
+- ``get_computed_blocks``: the longest run of cached full blocks matching the request's
+  leading tokens, capped so at least the last token is computed (its logits are sampled).
+  Queries and hits are counted in tokens (vLLM's ``prefix_cache_queries`` / ``_hits``).
+- ``allocate_slots(seq, num_new, hits)``: blocks for ``num_computed + num_new`` tokens, or
+  False (nothing changed) when the free queue cannot supply them -- the scheduler preempts.
+  A hit on a cached block that is free takes it out of the free queue; it counts against the
+  free blocks like a fresh allocation would. Full blocks are hashed and cached as soon as their
+  slots are allocated (their K/V is written in this step's forward pass, before anyone attends).
+- ``free``: a request's blocks go back tail-first (reverse table order appended to the LRU
+  queue), so its last block is evicted first and its prefix, likelier shared, last.
+- No fork, no copy-on-write, no swap: a block is shared only as a prefix-cache hit, and only
+  full blocks are cached, so nobody ever writes into a shared block.
+Hashes and the cache map are the v0 block manager's (chained sha256 over token ids and extra
+keys, i.e. the cache salt on the first block), so one prefix-cache model serves both engines.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from engine import events as ev
+from engine.block_manager import BlockManager
+from engine.block_pool import BlockPool
+from engine.sequence import Sequence
+
+
+class KVCacheManagerV1(BlockManager):
+    def __init__(self, num_gpu_blocks: int, block_size: int, enable_prefix_caching: bool,
+                 emit: Callable[[ev.Event], None]):
+        if num_gpu_blocks < 2:
+            raise ValueError("vLLM v1 needs num_gpu_blocks >= 2: block 0 is the null block")
+        super().__init__(num_gpu_blocks, 0, block_size, enable_prefix_caching, emit)
+        self.gpu = BlockPool(num_gpu_blocks, block_size, "gpu", null_block=True)
+
+    # ---- prefix cache --------------------------------------------------------------------
+    def get_computed_blocks(self, seq: Sequence) -> list[int]:
+        """Cached blocks for the request's leading full blocks (never its last token); counts
+        the query. Nothing is touched: the caller may still fail to allocate."""
+        hits = self._prefix_hits(seq)
+        self._count_query(seq, len(hits))
+        return hits
+
+    # ---- slots for this step's tokens ----------------------------------------------------
+    def blocks_to_allocate(self, seq: Sequence, num_new: int, hits: list[int]) -> int:
+        """Free blocks allocating would consume: new blocks plus free cached hits revived."""
+        computed = seq.num_computed + len(hits) * self.block_size
+        total = -(-(computed + num_new) // self.block_size)
+        new = total - len(seq.block_table) - len(hits)
+        return new + sum(1 for b in hits if self.gpu.ref_count[b] == 0)
+
+    def allocate_slots(self, seq: Sequence, num_new: int, hits: list[int] = ()) -> bool:
+        """Give ``seq`` slots for ``num_new`` more tokens after its computed ones (and after the
+        prefix hits, taken first); False, with nothing changed, if the pool is short."""
+        hits = list(hits)
+        assert not hits or not seq.block_table, "prefix hits only for a request with no blocks"
+        if self.blocks_to_allocate(seq, num_new, hits) > self.gpu.num_free:
+            return False
+        bs = self.block_size
+        seq.block_device = "gpu"
+        for b in hits:
+            self.gpu.incref(b)            # "touch": a free cached block leaves the free queue
+            logical = len(seq.block_table)
+            seq.block_table.append(b)
+            self.emit(ev.PrefixHit(seq.seq_id, logical, b, seq.block_hashes[logical]))
+        seq.num_computed += len(hits) * bs
+        start, end = seq.num_computed, seq.num_computed + num_new
+        for logical in range(len(seq.block_table), -(-end // bs)):
+            self._allocate(seq, logical)
+        for logical in range(start // bs, -(-end // bs)):
+            a, b = max(start, logical * bs), min(end, (logical + 1) * bs)
+            block = seq.block_table[logical]
+            assert self.gpu.ref_count[block] == 1, f"write into shared block {block}"
+            assert len(self.gpu.tokens[block]) == a - logical * bs, f"block {block} out of order"
+            self.gpu.write(block, seq.token_ids[a:b])
+            if self.caching and b == (logical + 1) * bs:
+                self._update_hashes(seq)
+                self._register(seq, block, logical)
+        return True
+
+    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
+        """Flat slots of tokens [start, end) (where the forward pass stores their K/V)."""
+        bs = self.block_size
+        return [seq.block_table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    # ---- what v1 does not have -----------------------------------------------------------
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        raise RuntimeError("vLLM v1 has no fork: n > 1 runs as child requests that share the "
+                           "prompt through the prefix cache")
+
+    def swap_out(self, seqs):
+        raise RuntimeError("vLLM v1 has no swap: preemption is recompute only")
+
+    swap_in = swap_out

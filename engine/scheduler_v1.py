@@ -1,0 +1,130 @@
+"""vLLM v1's scheduler: one token budget per step, no prefill or decode phases.
+
+Follows vLLM's ``vllm/v1/core/sched/scheduler.py`` (FCFS policy; facts, not code):
+- Every request has ``num_computed`` tokens in the cache and catches up to its ``num_tokens``.
+  A step has a budget of ``max_num_batched_tokens`` tokens. Running requests go first, in
+  admission order: a decoding one takes 1 token, one still prefilling its next prompt chunk.
+  Then waiting requests, in queue order, take chunks of what is left (chunked prefill), each
+  after a prefix-cache lookup. ``long_prefill_token_threshold`` (if > 0) caps one request's
+  chunk. So one step can mix decode tokens and prefill chunks.
+- A request samples only in the step that computes its last known token; a partial chunk's
+  logits are thrown away.
+- When the pool cannot give a running request its slots, the most recently admitted running
+  request (the tail of ``running``) is preempted by recompute: its blocks freed, ``num_computed``
+  back to 0, put at the front of the waiting queue. If that was the request itself, it is not
+  scheduled. A step that preempted admits no waiting request. There is no swap.
+- ``max_num_seqs`` caps the running requests.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from engine import events as ev
+from engine.kv_cache_manager_v1 import KVCacheManagerV1
+from engine.scheduler import ScheduledBatch
+from engine.sequence import Sequence, SequenceGroup, SeqStatus
+
+PREEMPT_RULE = ("vLLM v1 preempts the most recently admitted running request by recompute: "
+                "its blocks are freed, its computed tokens reset to 0, and it goes to the front "
+                "of the waiting queue; nothing new is admitted in this step")
+
+
+class SchedulerV1:
+    def __init__(self, kv: KVCacheManagerV1, max_num_seqs: int, max_num_batched_tokens: int,
+                 long_prefill_token_threshold: int, emit: Callable[[ev.Event], None]):
+        self.bm = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.emit = emit
+        self.waiting: list[SequenceGroup] = []     # arrival order; preempted ones in front
+        self.running: list[SequenceGroup] = []     # admission order: the tail is the victim
+        self.swapped: list[SequenceGroup] = []     # always empty: v1 has no swap
+        self.num_preemptions = 0
+
+    def add(self, group: SequenceGroup) -> None:
+        assert len(group.seqs) == 1, "a v1 request has exactly one sequence"
+        self.waiting.append(group)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def remove(self, group: SequenceGroup) -> None:
+        for q in (self.waiting, self.running):
+            if group in q:
+                q.remove(group)
+
+    def num_running_seqs(self) -> int:
+        return len(self.running)
+
+    # ---- the step's plan ---------------------------------------------------------------
+    def _chunk(self, seq: Sequence, computed: int, budget: int) -> int:
+        num_new = seq.num_tokens - computed
+        if 0 < self.long_prefill_token_threshold < num_new:
+            num_new = self.long_prefill_token_threshold
+        return min(num_new, budget)
+
+    def schedule(self) -> ScheduledBatch:
+        self.running = [g for g in self.running if not g.is_finished]
+        batch = ScheduledBatch("idle")
+        budget = self.max_num_batched_tokens
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            g = self.running[i]
+            seq = g.seqs[0]
+            num_new = self._chunk(seq, seq.num_computed, budget)
+            scheduled = True
+            while not self.bm.allocate_slots(seq, num_new):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is g:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            self._add(batch, g, seq, num_new)
+            budget -= num_new
+            i += 1
+        while not preempted and self.waiting and budget > 0 \
+                and len(self.running) < self.max_num_seqs:
+            g = self.waiting[0]
+            seq = g.seqs[0]
+            hits = self.bm.get_computed_blocks(seq)
+            num_new = self._chunk(seq, len(hits) * self.bm.block_size, budget)
+            if not self.bm.allocate_slots(seq, num_new, hits):
+                break
+            self.waiting.pop(0)
+            seq.status = SeqStatus.RUNNING
+            self.running.append(g)
+            self._add(batch, g, seq, num_new)
+            budget -= num_new
+        kinds = {"decode" if e - s == 1 and s >= q.prompt_len else "prefill"
+                 for q, s, e in zip(batch.seqs, batch.starts, batch.ends)}
+        batch.kind = "idle" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
+        return batch
+
+    def _add(self, batch: ScheduledBatch, g: SequenceGroup, seq: Sequence, num_new: int) -> None:
+        start = seq.num_computed               # after any prefix hits
+        end = start + num_new
+        batch.groups.append(g)
+        batch.seqs.append(seq)
+        batch.starts.append(start)
+        batch.ends.append(end)
+        batch.slot_mapping += self.bm.slots(seq, start, end)
+        if num_new == 1 and start >= seq.prompt_len:        # a decode token
+            bs = self.bm.block_size
+            b = seq.block_table[start // bs]
+            self.emit(ev.Append(seq.seq_id, seq.token_ids[start], start // bs, b,
+                                b * bs + start % bs))
+        else:                                               # a prompt chunk (or a recompute)
+            self.emit(ev.Prefill(seq.seq_id, start, end, seq.num_tokens))
+
+    def _preempt(self, g: SequenceGroup) -> None:
+        seq = g.seqs[0]
+        self.emit(ev.Preempt(seq.seq_id, "recompute", PREEMPT_RULE))
+        self.bm.free(seq)                       # also sets num_computed = 0
+        seq.status = SeqStatus.WAITING
+        self.waiting.insert(0, g)
+        self.num_preemptions += 1
