@@ -124,17 +124,36 @@ def test_small_pool_gives_the_roomy_pools_outputs(micro_llama, program, roomy_bs
     target(float(preemptions), label="small-pool preemptions")   # steer towards preempting
 
 
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(program=programs,
+       roomy_bs=st.sampled_from(BLOCK_SIZES), small_bs=st.sampled_from(BLOCK_SIZES),
+       slack=st.integers(0, 2), seed=st.integers(0, 3), budget=st.sampled_from([1, 3, 8, 64]))
+def test_v1_small_pool_and_budget_give_the_roomy_pools_outputs(micro_llama, program, roomy_bs,
+                                                               small_bs, slack, seed, budget):
+    """The same under vLLM v1's rules: the small engine also has a small token budget (chunked
+    prefill) and preempts by recompute; beam requests are refused by v1 and so skipped."""
+    preemptions = check_program(micro_llama, program, roomy_bs, small_bs, "recompute", slack,
+                                seed, semantics="v1", budget=budget)
+    target(float(preemptions), label="v1 small-pool preemptions")
+
+
 def check_program(model: str, program: list, roomy_bs: int, small_bs: int, mode: str,
-                  slack: int, seed: int) -> int:
+                  slack: int, seed: int, semantics: str = "v0", budget: int = 4096) -> int:
     """Run ``program`` on a roomy and a small engine in lockstep, assert everything above;
-    returns how many times the small engine preempted."""
+    returns how many times the small engine preempted. Under v1 both pools get one more block
+    (block 0 is the null block) and only the small engine gets the small token budget."""
     reqs = [arg for op, arg in program if op == "add"]
-    roomy_need = sum(worst_case_blocks(len(p), sp, roomy_bs) for p, sp in reqs) + 2
-    small_need = max((worst_case_blocks(len(p), sp, small_bs) for p, sp in reqs), default=1)
-    common = dict(model=model, device="cpu", dtype="float32", seed=seed)
-    roomy = Engine(EngineConfig(block_size=roomy_bs, num_gpu_blocks=roomy_need, **common))
+    null = 1 if semantics == "v1" else 0
+    roomy_need = sum(worst_case_blocks(len(p), sp, roomy_bs) for p, sp in reqs) + 2 + null
+    small_need = max((worst_case_blocks(len(p), sp, small_bs) for p, sp in reqs), default=1) + null
+    common = dict(model=model, device="cpu", dtype="float32", seed=seed, semantics=semantics)
+    roomy = Engine(EngineConfig(block_size=roomy_bs, num_gpu_blocks=roomy_need,
+                                enable_prefix_caching=False, **common))
     small = Engine(EngineConfig(block_size=small_bs, num_gpu_blocks=small_need + slack,
                                 enable_prefix_caching=True, preemption_mode=mode,
+                                max_num_batched_tokens=budget,
                                 num_cpu_blocks=small_need + 4 if mode == "swap" else 0, **common))
     engines = (roomy, small)
     preempts: tuple[list, list] = ([], [])
@@ -175,7 +194,7 @@ def check_program(model: str, program: list, roomy_bs: int, small_bs: int, mode:
                 break
             step_checked(eng, pre)
         assert not eng.has_unfinished_requests(), "no progress"
-        assert eng.bm.gpu.num_free == eng.bm.gpu.num_blocks, "GPU blocks leaked"
+        assert eng.bm.gpu.num_free == eng.bm.gpu.num_usable, "GPU blocks leaked"
         assert eng.bm.cpu.num_free == eng.bm.cpu.num_blocks, "CPU blocks leaked"
     assert not preempts[0], "the roomy pool preempted: it is not roomy"
 

@@ -72,3 +72,56 @@ def test_random_programs_keep_invariants(micro_llama, block_size, num_blocks, mo
     stats = eng.snapshot.stats
     assert stats.used_blocks == 0 and stats.free_blocks == num_blocks
     assert stats.cpu_used_blocks == 0
+
+
+V1_KINDS = ["greedy", "sample", "n2", "n3"]      # beam search is refused by v1
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(block_size=st.sampled_from([1, 2, 4, 8, 16]), num_blocks=st.integers(4, 40),
+       caching=st.booleans(), budget=st.sampled_from([1, 2, 5, 16, 4096]),
+       threshold=st.sampled_from([0, 0, 3]),
+       program=st.lists(action, min_size=1, max_size=14), seed=st.integers(0, 5))
+def test_random_v1_programs_keep_invariants(micro_llama, block_size, num_blocks, caching, budget,
+                                            threshold, program, seed):
+    """The same under vLLM v1's rules: a request fits when one sequence's longest length fits
+    the blocks other than the null block (n > 1 children can preempt each other)."""
+    eng = Engine(EngineConfig(model=micro_llama, semantics="v1", block_size=block_size,
+                              num_gpu_blocks=num_blocks, enable_prefix_caching=caching, seed=seed,
+                              max_num_batched_tokens=budget,
+                              long_prefill_token_threshold=threshold))
+    added = []
+    for op, arg in program:
+        if op == "add":
+            plen, max_tokens, kind, ignore_eos = arg
+            prompt = [(7 * i + seed) % 60 + 4 for i in range(plen)]
+            if kind not in V1_KINDS:
+                kind = "greedy"
+            params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos, **KIND[kind])
+            need = math.ceil((plen + max_tokens - 1) / block_size)
+            before = eng.snapshot.to_dict()
+            try:
+                added.append(eng.add_request(prompt, params))
+            except ValueError:
+                assert need > num_blocks - 1
+                assert eng.snapshot.to_dict() == before
+            else:
+                assert need <= num_blocks - 1
+        elif op == "step":
+            for _ in range(arg):
+                if eng.has_unfinished_requests():
+                    eng.step()
+                    eng.check_invariants()
+        elif added:
+            eng.abort_request(added[arg % len(added)])
+            eng.check_invariants()
+    steps = 0
+    while eng.has_unfinished_requests():
+        eng.step()
+        eng.check_invariants()
+        steps += 1
+        assert steps < 5000, "no progress"
+    stats = eng.snapshot.stats
+    assert stats.used_blocks == 0 and stats.free_blocks == num_blocks - 1
+    assert 0 not in eng.bm.gpu.free_queue

@@ -1,0 +1,268 @@
+"""vLLM v1 semantics: chunked prefill under a token budget, sharing only through the prefix
+cache, recompute-only preemption of the latest admitted request, the null block, tail-first
+eviction (cases written after vLLM's tests/v1/core/test_prefix_caching.py and
+test_scheduler.py, with our own code)."""
+import pytest
+
+from engine import Engine, EngineConfig, SamplingParams
+from engine.block_manager import hash_block
+from engine.kv_cache_manager_v1 import KVCacheManagerV1
+from engine.sequence import Sequence
+from tests.engine.helpers import hf_greedy, kinds, run_all
+
+LONG_PROMPTS = [list(range(10, 60)), list(range(3, 100, 2)), [7, 8, 9]]     # 50, 49, 3 tokens
+
+
+def v1(**kw) -> EngineConfig:
+    return EngineConfig(semantics="v1", **kw)
+
+
+def events(results, kind):
+    return [e for r in results for e in r.events if e.kind == kind]
+
+
+# ---- chunked prefill ---------------------------------------------------------------------
+@pytest.mark.parametrize("budget", [1, 7, 16, 64])
+def test_chunked_prefill_keeps_greedy_outputs(tiny_llama, budget):
+    path, hf = tiny_llama
+    expected = [hf_greedy(hf, p, 12) for p in LONG_PROMPTS]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    v0 = Engine(EngineConfig(model=path, block_size=4, num_gpu_blocks=96))
+    v0_out = [o.outputs[0].token_ids for o in v0.generate(LONG_PROMPTS, params)]
+    eng = Engine(v1(model=path, block_size=4, num_gpu_blocks=96, max_num_batched_tokens=budget))
+    for p in LONG_PROMPTS:
+        eng.add_request(p, params)
+    results = run_all(eng)
+    got = [eng.get_output(r).outputs[0].token_ids for r in ("0", "1", "2")]
+    assert got == expected == v0_out
+    for r in results:                      # tokens computed in a step never exceed the budget
+        computed = sum(e.end - e.start for e in r.events if e.kind == "prefill")
+        assert computed + len([e for e in r.events if e.kind == "append"]) <= budget
+    if budget < 50:                        # the 50-token prompt really was split
+        chunks = [e for e in events(results, "prefill") if e.seq_id == 0]
+        assert len(chunks) > 1 and chunks[-1].end == 50 and chunks[0].total == 50
+
+
+def test_a_100_token_prompt_with_a_32_token_budget_takes_four_chunks():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=40, max_num_batched_tokens=32))
+    eng.add_request([4 + i % 50 for i in range(100)], SamplingParams(max_tokens=3, ignore_eos=True))
+    results = [eng.step() for _ in range(4)]
+    chunks = [(e.start, e.end, e.total) for r in results for e in r.events if e.kind == "prefill"]
+    assert chunks == [(0, 32, 100), (32, 64, 100), (64, 96, 100), (96, 100, 100)]
+    # a request samples only once its whole prompt is computed
+    assert [len([e for e in r.events if e.kind == "sample"]) for r in results] == [0, 0, 0, 1]
+    assert [r.kind for r in results] == ["prefill"] * 4
+
+
+def test_long_prefill_token_threshold_caps_one_requests_chunk():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=40, max_num_batched_tokens=64,
+                                long_prefill_token_threshold=10))
+    eng.add_request(list(range(4, 29)), SamplingParams(max_tokens=2, ignore_eos=True))   # 25 tokens
+    eng.add_request(list(range(30, 42)), SamplingParams(max_tokens=2, ignore_eos=True))  # 12 tokens
+    first = eng.step()
+    assert [(e.seq_id, e.start, e.end) for e in first.events if e.kind == "prefill"] == \
+        [(0, 0, 10), (1, 0, 10)]
+
+
+def test_a_step_mixes_a_decode_token_and_a_prefill_chunk():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=40, max_num_batched_tokens=8))
+    eng.add_request([5, 6, 7], SamplingParams(max_tokens=10, ignore_eos=True))
+    eng.step()                                       # request 0: its prompt, first token
+    eng.add_request(list(range(10, 30)), SamplingParams(max_tokens=2, ignore_eos=True))
+    step = eng.step()
+    assert step.kind == "mixed"
+    assert [(e.seq_id, e.logical) for e in step.events if e.kind == "append"] == [(0, 0)]
+    assert [(e.seq_id, e.start, e.end) for e in step.events if e.kind == "prefill"] == [(1, 0, 7)]
+    assert [e.seq_id for e in step.events if e.kind == "sample"] == [0]      # 1 is mid-prompt
+    eng.check_invariants()
+
+
+# ---- parallel sampling -------------------------------------------------------------------
+def test_parallel_sampling_shares_the_prompt_through_the_prefix_cache(tiny_llama):
+    path, _ = tiny_llama
+    prompt = list(range(10, 31))                           # 21 tokens: 5 full blocks of 4
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=6, seed=11)
+
+    def run():
+        eng = Engine(v1(model=path, block_size=4, num_gpu_blocks=64))
+        rid = eng.add_request(prompt, params)
+        first = eng.step()
+        results = [first] + run_all(eng)
+        return eng, rid, first, results
+
+    eng, rid, first, results = run()
+    assert not events(results, "cow") and not events(results, "fork")
+    assert eng.request_ids(rid) == ["0_0", "1_0", "2_0", "3_0"]
+    prompt_blocks = [s.block_table[:5] for s in first.snapshot.sequences]
+    assert all(t == prompt_blocks[0] for t in prompt_blocks)
+    refs = {b.block_id: b.ref_count for b in first.snapshot.blocks}
+    assert [refs[b] for b in prompt_blocks[0]] == [4] * 5
+    hits = [e for e in first.events if e.kind == "prefix_hit"]
+    assert sorted({e.seq_id for e in hits}) == [1, 2, 3] and len(hits) == 15
+    out = eng.get_output(rid)
+    assert [c.index for c in out.outputs] == [0, 1, 2, 3] and out.finished
+    again = run()[0].get_output(rid)
+    assert [c.token_ids for c in again.outputs] == [c.token_ids for c in out.outputs]
+    # child i is the n = 1 request seeded seed + i (vLLM v1 engine/parallel_sampling.py)
+    single = Engine(v1(model=path, block_size=4, num_gpu_blocks=64))
+    alone = single.generate([prompt], SamplingParams(temperature=1.0, max_tokens=6, seed=13))[0]
+    assert alone.outputs[0].token_ids == out.outputs[2].token_ids
+
+
+def test_beam_search_is_refused_in_v1_with_the_reason():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=32))
+    before = eng.snapshot.to_dict()
+    with pytest.raises(ValueError, match="beam search is not part of vLLM v1's engine core"):
+        eng.add_request([5, 6, 7], SamplingParams(beam_width=2, max_tokens=4))
+    assert eng.snapshot.to_dict() == before and not eng.has_unfinished_requests()
+
+
+# ---- preemption --------------------------------------------------------------------------
+def test_preemption_is_recompute_of_the_latest_admitted_and_keeps_outputs(tiny_llama):
+    path, _ = tiny_llama
+    prompts = [list(range(10, 20)), list(range(30, 38)), list(range(50, 59))]
+    params = SamplingParams(max_tokens=14, ignore_eos=True)
+    roomy = Engine(v1(model=path, block_size=4, num_gpu_blocks=64))
+    expected = [o.outputs[0].token_ids for o in roomy.generate(prompts, params)]
+    small = Engine(v1(model=path, block_size=4, num_gpu_blocks=13, enable_prefix_caching=False))
+    for p in prompts:
+        small.add_request(p, params)
+    results = run_all(small)
+    preempts = events(results, "preempt")
+    assert preempts and all(e.mode == "recompute" and "most recently admitted" in e.rule
+                            for e in preempts)
+    assert not events(results, "swap_out")
+    running: list[int] = []              # admission order, replayed from the events
+    for r in results:
+        for e in r.events:
+            if e.kind == "prefill" and e.start == 0:          # admitted (again)
+                running.append(e.seq_id)
+            elif e.kind == "preempt":
+                assert e.seq_id == running[-1], "the victim is the latest admitted"
+                running.remove(e.seq_id)
+            elif e.kind == "finish":
+                running.remove(e.seq_id)
+        if any(e.kind == "preempt" for e in r.events):     # and nothing is admitted then
+            assert not [e for e in r.events if e.kind == "prefill" and e.start == 0]
+    got = [small.get_output(r).outputs[0].token_ids for r in ("0", "1", "2")]
+    assert got == expected
+    assert small.snapshot.stats.num_preemptions == len(preempts)
+
+
+def test_swap_with_v1_is_refused_naming_the_reason():
+    with pytest.raises(ValueError, match="v1 has no swap"):
+        EngineConfig(semantics="v1", preemption_mode="swap", num_cpu_blocks=8)
+    with pytest.raises(ValueError, match="semantics must be 'v0' or 'v1'"):
+        EngineConfig(semantics="v2")
+
+
+# ---- the block pool ----------------------------------------------------------------------
+def _seq(seq_id: int, tokens: list[int], salt: str | None = None) -> Sequence:
+    return Sequence(seq_id, str(seq_id), list(tokens), len(tokens), cache_salt=salt)
+
+
+def test_eviction_order_is_tail_first_and_lru():
+    """As vLLM's test_prefix_caching.py::test_evict: 11 blocks of 16 (block 0 null)."""
+    kv = KVCacheManagerV1(11, 16, True, lambda e: None)
+    r0 = _seq(0, list(range(5 * 16 + 7)))                  # 5 full blocks + 7 tokens
+    assert kv.get_computed_blocks(r0) == []
+    assert kv.allocate_slots(r0, 5 * 16 + 7)
+    assert r0.block_table == [1, 2, 3, 4, 5, 6]
+    r1 = _seq(1, list(range(87, 87 + 3 * 16)))
+    assert kv.allocate_slots(r1, 3 * 16) and r1.block_table == [7, 8, 9]
+    assert kv.gpu.num_free == 1
+    kv.free(r0)
+    kv.free(r1)
+    assert list(kv.gpu.free_queue) == [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]
+    # touch the first two blocks: a hit on free cached blocks takes them off the free queue
+    r2 = _seq(2, list(range(2 * 16 + 3)))
+    hits = kv.get_computed_blocks(r2)
+    assert hits == [1, 2]
+    assert kv.allocate_slots(r2, 3, hits)
+    assert r2.block_table == [1, 2, 10] and r2.num_computed == 2 * 16
+    assert kv.gpu.num_free == 7 and 1 not in kv.gpu.free_queue and 2 not in kv.gpu.free_queue
+
+
+def test_a_cached_block_is_evicted_only_when_reallocated():
+    seen = []
+    kv = KVCacheManagerV1(4, 4, True, seen.append)
+    r0 = _seq(0, [1, 2, 3, 4, 5])
+    kv.allocate_slots(r0, 5)
+    kv.free(r0)
+    assert kv.gpu.block_hash[1] is not None and not [e for e in seen if e.kind == "evict"]
+    r1 = _seq(1, [9, 9, 9, 9, 9, 9, 9, 9, 9])           # needs all 3 usable blocks
+    kv.allocate_slots(r1, 9)
+    assert [e.physical for e in seen if e.kind == "evict"] == [1]
+
+
+def test_a_prefix_hit_never_covers_the_last_prompt_token():
+    kv = KVCacheManagerV1(16, 4, True, lambda e: None)
+    r0 = _seq(0, list(range(8)))                          # exactly two full blocks
+    kv.allocate_slots(r0, 8)
+    same = _seq(1, list(range(8)))
+    assert len(kv.get_computed_blocks(same)) == 1         # the last block is recomputed
+    longer = _seq(2, list(range(9)))
+    assert len(kv.get_computed_blocks(longer)) == 2
+
+
+def test_different_cache_salts_never_share_a_block():
+    kv = KVCacheManagerV1(32, 4, True, lambda e: None)
+    a = _seq(0, list(range(12)), salt="alice")
+    kv.allocate_slots(a, 12)
+    assert kv.get_computed_blocks(_seq(1, list(range(13)), salt="bob")) == []
+    assert kv.get_computed_blocks(_seq(2, list(range(13)))) == []
+    assert kv.get_computed_blocks(_seq(3, list(range(13)), salt="alice")) == a.block_table
+    # the salt is an extra key of the first block only; the chain carries it on
+    assert a.block_hashes[0] == hash_block("", list(range(4)), ("alice",))
+    assert a.block_hashes[1] == hash_block(a.block_hashes[0], list(range(4, 8)))
+
+
+def test_cache_salt_through_the_engine():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=32))
+    prompt = list(range(4, 17))
+    eng.add_request(prompt, SamplingParams(max_tokens=2, ignore_eos=True), cache_salt="a")
+    eng.add_request(prompt, SamplingParams(max_tokens=2, ignore_eos=True), cache_salt="b")
+    eng.add_request(prompt, SamplingParams(max_tokens=2, ignore_eos=True), cache_salt="a")
+    results = run_all(eng)
+    assert sorted({e.seq_id for e in events(results, "prefix_hit")}) == [2]
+    with pytest.raises(ValueError, match="cache_salt"):
+        eng.add_request(prompt, SamplingParams(), cache_salt="")
+
+
+def test_the_null_block_is_never_handed_out():
+    eng = Engine.length_only(v1(block_size=2, num_gpu_blocks=6), detailed_snapshots=True)
+    for i in range(3):
+        eng.add_request([4 + i, 5, 6, 7], SamplingParams(max_tokens=5, ignore_eos=True))
+    while eng.has_unfinished_requests():
+        snap = eng.step().snapshot
+        eng.check_invariants()
+        assert 0 not in eng.bm.gpu.free_queue
+        assert all(0 not in s.block_table for s in snap.sequences)
+        assert snap.blocks[0].state == "null" and snap.stats.null_blocks == 1
+    assert eng.bm.gpu.num_free == 5
+
+
+def test_usage_and_prefix_cache_metrics_follow_vllm():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=11))
+    prompt = list(range(4, 14))                                   # 10 tokens: 2 full blocks
+    eng.add_request(prompt, SamplingParams(max_tokens=1, ignore_eos=True))
+    first = eng.step().snapshot
+    # the request finished at its first sample: its blocks are free again (2 of them cached)
+    assert first.stats.kv_cache_usage_perc == 0.0
+    assert first.stats.prefix_cache_queries == 10 and first.stats.prefix_cache_hits == 0
+    eng.add_request(prompt, SamplingParams(max_tokens=3, ignore_eos=True))
+    second = eng.step().snapshot
+    assert second.stats.prefix_cache_queries == 20 and second.stats.prefix_cache_hits == 8
+    assert second.stats.kv_cache_usage_perc == pytest.approx(3 / 10)  # 3 used of 10 usable
+
+
+def test_v0_default_is_unchanged_and_v1_caches_by_default():
+    assert EngineConfig().semantics == "v0" and not EngineConfig().prefix_caching
+    assert EngineConfig(semantics="v1").prefix_caching
+    assert not EngineConfig(semantics="v1", enable_prefix_caching=False).prefix_caching
+
+
+def test_kinds_helper_sees_v1_events():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=16))
+    eng.add_request([5, 6, 7, 8, 9], SamplingParams(max_tokens=2, ignore_eos=True))
+    assert kinds(eng.step()) == ["alloc", "alloc", "cached", "prefill", "sample"]
