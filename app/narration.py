@@ -33,8 +33,14 @@ def narrate(snapshot, previous=None, decode=None) -> str:
     for e in events:
         by[e.kind].append(e)
     out = []
+    if snapshot.kind == "mixed":
+        out.append("This v1 step mixed decode tokens and prompt chunks in one batch (one token "
+                   "budget, no separate prefill and decode steps).")
     if by["preempt"]:
         for e in by["preempt"]:
+            if e.rule:                  # v1 says which rule chose the victim
+                out.append(f"The pool ran dry: seq {e.seq_id} was preempted. {e.rule}.")
+                continue
             out.append(f"The pool ran dry: seq {e.seq_id} was preempted ({e.mode}"
                        + (": its blocks were freed and its prompt will be computed again later)."
                           if e.mode == "recompute" else ": its blocks move to the CPU pool)."))
@@ -46,16 +52,31 @@ def narrate(snapshot, previous=None, decode=None) -> str:
         out.append(f"seq {e.seq_id} swapped back in: "
                    + ", ".join(f"{block_label(s, 'cpu')}→{block_label(d)}" for s, d in e.mapping[:4])
                    + (" …" if len(e.mapping) > 4 else "."))
-    if by["prefill"]:
-        ranges = "; ".join(f"seq {e.seq_id} tokens {e.start}–{e.end - 1}" for e in by["prefill"][:4])
-        more = f" (+{len(by['prefill']) - 4} more)" if len(by["prefill"]) > 4 else ""
+    chunks = [e for e in by["prefill"] if e.total is not None]
+    whole = [e for e in by["prefill"] if e.total is None]
+    if whole:
+        ranges = "; ".join(f"seq {e.seq_id} tokens {e.start}–{e.end - 1}" for e in whole[:4])
+        more = f" (+{len(whole) - 4} more)" if len(whole) > 4 else ""
         out.append(f"Prefill computed K/V for {ranges}{more}.")
+    if chunks:
+        parts = "; ".join(f"seq {e.seq_id} tokens {e.start}–{e.end - 1} of {e.total}"
+                          + (" (the last chunk: it samples now)" if e.end == e.total else "")
+                          for e in chunks[:4])
+        more = f" (+{len(chunks) - 4} more)" if len(chunks) > 4 else ""
+        out.append(f"Prefill chunk: {parts}{more}. A chunk is what is left of the step's token "
+                   "budget; a request samples only once its whole prompt is computed.")
     if by["prefix_hit"]:
         hits = defaultdict(list)
         for e in by["prefix_hit"]:
             hits[e.seq_id].append(e.physical)
         out.append("Prefix cache hit: " + "; ".join(
             f"seq {s} reused {_blocks(b)} (not recomputed)" for s, b in hits.items()) + ".")
+    if by["cached"]:
+        out.append(f"{len(by['cached'])} full block(s) entered the prefix cache ("
+                   + _blocks(e.physical for e in by["cached"]) + "): later requests with the same "
+                   "prefix can reuse them.")
+    for e in by["cache_reset"]:
+        out.append("The prefix cache was reset: every cached block forgot its hash.")
     for e in by["evict"]:
         out.append(f"Cached block {block_label(e.physical)} was evicted (reallocated).")
     cow_dst = {e.dst for e in by["cow"]}

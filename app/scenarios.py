@@ -13,6 +13,7 @@ from dataclasses import dataclass
 class Settings:
     """Everything the sidebar edits; ``app.state.build_engine`` turns it into an Engine."""
     scenario: str = "single"
+    semantics: str = "v0"            # which vLLM engine's rules: "v0" or "v1"
     model: str = "default"
     prompts: str = "ROMEO:"          # one prompt per line (one request each)
     n: int = 1
@@ -31,6 +32,9 @@ class Settings:
     enable_prefix_caching: bool = False
     backend: str = "auto"            # kernels: auto (Triton on CUDA, torch on CPU) / torch / triton
     max_model_len: int | None = None  # None = the model's context; presets pick a visible slab
+    # v1 only: the token budget of one step (vLLM's max_num_batched_tokens); small in the
+    # presets so chunked prefill shows. v0 keeps vLLM's large default (whole prompts per step).
+    max_num_batched_tokens: int = 16
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -52,7 +56,8 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
              "One sequence grows token by token: a new block is allocated only when the last one "
              "is full, so at most one block is partly empty.",
              Settings("single", prompts="ROMEO: But soft, what light", max_tokens=20,
-                      block_size=4, num_gpu_blocks=16, max_model_len=32)),
+                      block_size=4, num_gpu_blocks=16, max_model_len=32,
+                      max_num_batched_tokens=4)),
     Scenario("parallel", "Parallel sampling (n=4)",
              "After the prefill the 4 samples share every prompt block (refcount 4). On the first "
              "decode step each writes into the shared, partly filled last block: copy-on-write "
@@ -86,6 +91,30 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
 )}
 
 DEFAULT_SCENARIO = "single"
+
+# What the Compare view (v0 and v1 in lockstep on the same requests) should make you notice.
+COMPARE_NOTES: dict[str, str] = {
+    "single": "v0 computes the whole prompt in one prefill step; v1 spends at most the token "
+              "budget per step, so a prompt longer than the budget takes several chunks before "
+              "the first token is sampled. v1 never hands out block 0 (the null block), so its "
+              "pool has one block less.",
+    "parallel": "v0 prefills the prompt once, then forks: the 4 samples share every prompt block "
+                "and the partly filled last block is copied on write. v1 has no fork and no "
+                "copy-on-write: the 4 samples are 4 child requests; the 2nd, 3rd and 4th find "
+                "the prompt's full blocks in the prefix cache (refcount 4) and each computes "
+                "the partial last block itself.",
+    "beam": "v0 runs beam search inside the engine (forks, pruned beams, copy-on-write). vLLM "
+            "v1 moved beam search out of the engine core, so the v1 side refuses it and says "
+            "why.",
+    "prefix": "Both find the shared prefix by hash. v0 looks it up once per prefill; v1 looks it "
+              "up for every waiting request and counts queries and hits in tokens (vLLM's "
+              "prefix_cache_queries / prefix_cache_hits); freed blocks go back tail-first, so a "
+              "request's last block is evicted before its prefix.",
+    "mixed": "Under pressure v0 preempts the newest sequence (recompute or swap) during a decode "
+             "step; v1 preempts the most recently admitted request by recompute only (it has no "
+             "swap) and admits nobody in that step. v1 steps also mix decode tokens and prompt "
+             "chunks, where v0 alternates prefill steps and decode steps.",
+}
 
 
 def preset(key: str, model: str | None = None) -> Settings:

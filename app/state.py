@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
 from engine.block_size_sweep import block_size_sweep
 
+from app.compare import Comparison
 from app.scenarios import DEFAULT_SCENARIO, SCENARIOS, Settings, preset
 
 MAX_HISTORY = 400        # snapshots kept per session (bounded memory); older steps are dropped
@@ -39,7 +40,11 @@ def parse_prompts(text: str) -> list[str]:
 def make_config(s: Settings) -> EngineConfig:
     if s.num_gpu_blocks > MAX_POOL_BLOCKS or s.num_cpu_blocks > MAX_POOL_BLOCKS:
         raise ValueError(f"pool sizes are limited to {MAX_POOL_BLOCKS} blocks in the lab")
-    return EngineConfig(model=s.model.strip() or "default", block_size=s.block_size,
+    v1 = s.semantics == "v1"
+    return EngineConfig(semantics=s.semantics,
+                        # v0 keeps vLLM's large default: whole prompts in one prefill step
+                        max_num_batched_tokens=s.max_num_batched_tokens if v1 else 4096,
+                        model=s.model.strip() or "default", block_size=s.block_size,
                         num_gpu_blocks=s.num_gpu_blocks, num_cpu_blocks=s.num_cpu_blocks,
                         preemption_mode=s.preemption_mode,
                         enable_prefix_caching=s.enable_prefix_caching, seed=s.seed,
@@ -83,6 +88,7 @@ class Lab:
     error: str | None = None
     _token_text: dict[int, str] = field(default_factory=dict)
     _sweep: tuple | None = None                 # (settings, block-size sweep frame)
+    _compare: Comparison | None = None          # the Compare view's v0 + v1 engines
 
     @classmethod
     def create(cls, scenario: str = DEFAULT_SCENARIO, model: str | None = None) -> "Lab":
@@ -106,7 +112,15 @@ class Lab:
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
         self.error = None
         self._token_text = {}
+        self._compare = None
         return True
+
+    def comparison(self, fresh: bool = False) -> Comparison:
+        """A v0 and a v1 engine on the current settings' requests (built on first use)."""
+        if fresh or self._compare is None or self._compare.settings != \
+                self.settings.replace(semantics="v0"):
+            self._compare = Comparison.build(self.settings, build_engine)
+        return self._compare
 
     def block_size_sweep(self):
         """The current requests at block sizes 1..128 (length-only engine, same pool capacity

@@ -31,12 +31,14 @@ from app.watch_view import watch_tab  # noqa: E402
 from app.figures.waste import (block_size_sweep_figure, request_table, waste_figure,  # noqa: E402
                                waste_headline)
 from app.narration import narrate  # noqa: E402
-from app.scenarios import DEFAULT_SCENARIO, SCENARIOS, Settings, preset  # noqa: E402
+from app.compare import compare_table  # noqa: E402
+from app.scenarios import COMPARE_NOTES, DEFAULT_SCENARIO, SCENARIOS, Settings, preset  # noqa: E402
 from app.state import Lab  # noqa: E402
 from app.trace_io import load_trace, metrics_csv, trace_json  # noqa: E402
 
 PLAY_INTERVAL_S = 1.0
-FIELDS = [f.name for f in fields(Settings) if f.name != "scenario"]
+FIELDS = [f.name for f in fields(Settings) if f.name not in ("scenario", "semantics")]
+ENGINES = {"v0": "vLLM v0", "v1": "vLLM v1"}
 CHART = {"displayModeBar": False, "displaylogo": False}
 TABS = ["Memory", "Text", "Events", "Tree", "Waste", "Compare", "Watch vLLM", "Export"]
 CSS = """<style>
@@ -95,26 +97,46 @@ def get_lab() -> Lab:
         lab = Lab.create(DEFAULT_SCENARIO)
         st.session_state.lab = lab
         st.session_state.w_scenario = lab.settings.scenario
+        st.session_state.w_semantics = lab.settings.semantics
         _load_widgets(lab.settings)
     return st.session_state.lab
 
 
+def _for_engine(s: Settings, semantics: str) -> Settings:
+    """A preset under the chosen engine: v1 caches prefixes by default and has no swap."""
+    if semantics == "v1":
+        return s.replace(semantics="v1", enable_prefix_caching=True, preemption_mode="recompute")
+    return s.replace(semantics="v0")
+
+
 def _on_scenario() -> None:
     lab = st.session_state.lab
-    s = preset(st.session_state.w_scenario, lab.settings.model).replace(
-        backend=lab.settings.backend)   # a scenario changes the requests, not the kernels
+    s = _for_engine(preset(st.session_state.w_scenario, lab.settings.model), lab.settings.semantics
+                    ).replace(backend=lab.settings.backend)  # a scenario keeps engine + kernels
     _load_widgets(s)
     lab.apply(s)
+
+
+def _on_semantics() -> None:
+    lab = st.session_state.lab
+    chosen = st.session_state.w_semantics
+    base = preset(lab.settings.scenario, lab.settings.model).replace(
+        prompts=lab.settings.prompts, backend=lab.settings.backend)
+    s = _for_engine(base, chosen)
+    if lab.apply(s):
+        _load_widgets(s)
+    else:                                # e.g. v1 refuses beam search: keep the old engine
+        st.session_state.w_semantics = lab.settings.semantics
 
 
 def _settings_from_widgets() -> Settings:
     ss = st.session_state
     values = {name: ss[f"w_{name}"] for name in FIELDS}
     for name in ("n", "top_k", "max_tokens", "beam_width", "seed", "block_size",
-                 "num_gpu_blocks", "num_cpu_blocks", "max_model_len"):
+                 "num_gpu_blocks", "num_cpu_blocks", "max_model_len", "max_num_batched_tokens"):
         v = values[name]
         values[name] = int(v) if isinstance(v, float) and v.is_integer() else v
-    return Settings(scenario=ss.w_scenario, **values)
+    return Settings(scenario=ss.w_scenario, semantics=ss.w_semantics, **values)
 
 
 def _on_trace_upload() -> None:
@@ -142,6 +164,13 @@ def sidebar(lab: Lab) -> None:
         st.selectbox("Scenario", list(SCENARIOS), format_func=lambda k: SCENARIOS[k].label,
                      key="w_scenario", on_change=_on_scenario)
         st.caption(SCENARIOS[st.session_state.w_scenario].point)
+        st.radio("Engine", list(ENGINES), format_func=ENGINES.get, key="w_semantics",
+                 horizontal=True, on_change=_on_semantics,
+                 help="vLLM v0: separate prefill and decode steps, fork + copy-on-write for n > 1 "
+                      "and beams, swap or recompute. vLLM v1: one token budget per step "
+                      "(chunked prefill), n > 1 as child requests sharing the prompt through the "
+                      "prefix cache, recompute-only preemption, block 0 as the null block.")
+        v1 = st.session_state.w_semantics == "v1"
         with st.form("settings", border=False):
             st.text_input("Model", key="w_model",
                           help="'default' (the embedded model), a local Hugging Face folder, or a "
@@ -164,8 +193,16 @@ def sidebar(lab: Lab) -> None:
                             help="the slab a contiguous allocator reserves for every sequence: "
                                  "the longest prompt + output a sequence may reach (vLLM's "
                                  "max_model_len). Empty = the model's context.")
-            st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True)
-            st.checkbox("Prefix caching", key="w_enable_prefix_caching")
+            st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True,
+                     disabled=v1, help="vLLM v1 preempts by recompute only (it has no swap)"
+                     if v1 else "what happens to a preempted sequence's blocks")
+            st.checkbox("Prefix caching", key="w_enable_prefix_caching",
+                        help="on by default in vLLM v1, off in v0")
+            st.number_input("token budget per step (v1)", key="w_max_num_batched_tokens", step=1,
+                            disabled=not v1,
+                            help="vLLM v1's max_num_batched_tokens: the tokens one step may "
+                                 "compute; a longer prompt is computed in chunks (chunked "
+                                 "prefill). v0 computes whole prompts in a prefill step.")
             with st.expander("More sampling settings"):
                 st.number_input("top-p", key="w_top_p", step=0.05, format="%.2f")
                 st.number_input("top-k (-1 = off)", key="w_top_k", step=1)
@@ -296,8 +333,52 @@ def views(lab: Lab) -> None:
             export_tab(lab, snaps)
 
 
+def _on_compare_step() -> None:
+    st.session_state.lab.comparison().step()
+
+
+def _on_compare_reset() -> None:
+    st.session_state.lab.comparison(fresh=True)
+
+
 def compare_tab(lab: Lab) -> None:
-    st.info("The v0 / v1 comparison is being built.")
+    """A v0 and a v1 engine on the same requests, stepped together."""
+    if lab.engine is None or lab.replaying:
+        st.info("The comparison runs on the live engine's settings (not on a replayed trace).")
+        return
+    cmp = lab.comparison()
+    st.markdown(f"**What differs here:** {COMPARE_NOTES.get(lab.settings.scenario, '')}")
+    c = st.columns([1, 1, 1, 3])
+    c[0].button("Step both", type="primary", key="cmp_step", disabled=cmp.finished,
+                on_click=_on_compare_step, width="stretch")
+    run = c[1].button("Run both to the end", key="cmp_run", disabled=cmp.finished,
+                      width="stretch")
+    c[2].button("Reset both", key="cmp_reset", on_click=_on_compare_reset, width="stretch")
+    if run:
+        bar = st.progress(0.0, text="running both engines…")
+        for i in range(500):
+            if not cmp.step():
+                break
+            bar.progress(min(1.0, (i + 1) / 100), text=f"step {i + 1}")
+        st.rerun(scope="app")
+    table = compare_table(cmp)
+    if len(table.columns):
+        st.dataframe(table.astype(str), width="stretch")
+    cols = st.columns(2, gap="medium")
+    for col, sem in zip(cols, ("v0", "v1")):
+        with col:
+            st.markdown(f"#### {ENGINES[sem]}")
+            snap = cmp.snapshot(sem)
+            if snap is None:
+                st.warning(cmp.errors.get(sem, "not available"))
+                continue
+            st.caption(f"step {snap.step} · {snap.kind} · "
+                       f"{snap.stats.num_running} running · {snap.stats.num_waiting} waiting")
+            prev = cmp.engines[sem].history[-2] if len(cmp.engines[sem].history) > 1 else None
+            st.info(narrate(snap, prev, lab.decode))
+            st.plotly_chart(pool_figure(snap, lab.decode), key=f"cmp_pool_{sem}", config=CHART)
+            st.plotly_chart(block_table_figure(snap, lab.decode), key=f"cmp_tables_{sem}",
+                            config=CHART)
 
 
 def waste_tab(lab: Lab, snap, snaps) -> None:
@@ -382,7 +463,8 @@ def main_area() -> None:
     state = ("finished" if lab.finished and not lab.replaying else
              "playing" if lab.playing else "paused")
     info, slider = st.columns([2, 3], vertical_alignment="center")
-    info.caption(f"Step **{snap.step}** of {total} · {snap.kind} · {state} · model "
+    info.caption(f"Step **{snap.step}** of {total} · {ENGINES.get(snap.semantics, snap.semantics)}"
+                 f" · {snap.kind} · {state} · model "
                  f"`{snap.model}` · `{snap.backend}` · block size {snap.block_size}")
     with slider:
         history_slider(lab)

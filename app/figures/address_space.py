@@ -22,6 +22,7 @@ SEGMENTS = {   # kind -> (legend label, colour, pattern: colour is never the onl
     "internal": ("internal fragmentation (never used)", OKABE_ITO["orange"], "x"),
     "external": ("external fragmentation (hole too small)", OKABE_ITO["vermillion"], "."),
     "free": ("free", FREE_GREY, ""),
+    "null": ("v1 null block (never used)", "#9E9E9E", "x"),
 }
 
 
@@ -32,6 +33,9 @@ def _paged_segments(snapshot) -> list[tuple]:
     for b in snapshot.blocks:
         start = b.block_id * bs
         owners = ", ".join(map(str, b.seq_ids)) or "-"
+        if b.state == "null":
+            out.append(("null", start, bs, f"block P{b.block_id}: vLLM v1's null block"))
+            continue
         if b.ref_count == 0:
             out.append(("free", start, bs, f"block P{b.block_id}: free"))
             continue

@@ -20,10 +20,12 @@ STATE_COLORS = {
     "shared": OKABE_ITO["orange"],      # refcount > 1
     "cached": OKABE_ITO["green"],       # free, content kept for prefix reuse
     "swapped": OKABE_ITO["purple"],     # a CPU-pool block holding a swapped-out sequence's K/V
+    "null": "#9E9E9E",                  # vLLM v1's block 0: never handed out (also labelled)
 }
 STATE_LABELS = {
     "free": "free", "used": "used (refcount 1)", "shared": "shared (refcount > 1)",
     "cached": "cached (free, reusable by hash)", "swapped": "swapped out (CPU pool)",
+    "null": "null block (v1: never used)",
 }
 COW_COLOR = OKABE_ITO["vermillion"]
 SWAP_COLOR = OKABE_ITO["purple"]

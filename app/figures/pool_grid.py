@@ -12,7 +12,7 @@ from app.figures.common import (COW_COLOR, STATE_COLORS, STATE_LABELS, SWAP_COLO
                                 discrete_colorscale, empty, legend_swatch, show_token, style,
                                 token_strings)
 
-STATES = ("free", "used", "shared", "cached", "swapped")
+STATES = ("free", "used", "shared", "cached", "swapped", "null")
 _CODE = {s: i for i, s in enumerate(STATES)}
 
 
@@ -28,6 +28,8 @@ def cell_state(block) -> str:
 
 def cell_text(block, block_size: int) -> str:
     label = block_label(block.block_id, block.device)
+    if block.state == "null":
+        return f"{label}<br>null"
     if block.ref_count == 0 and block.state != "cached":
         return label
     return f"<b>{label}</b><br>rc {block.ref_count}<br>{block.filled}/{block_size}"
@@ -80,7 +82,7 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
             zmax=len(STATES), colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES]),
             showscale=False, name="GPU pool" if device == "gpu" else "CPU pool"))
     for s in STATES:
-        if s != "swapped" or snapshot.cpu_blocks:
+        if (s != "swapped" or snapshot.cpu_blocks) and (s != "null" or snapshot.stats.null_blocks):
             legend_swatch(fig, STATE_LABELS[s], STATE_COLORS[s])
     if show_moves:
         for e in snapshot.events:
@@ -102,7 +104,8 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
     fig.update_xaxes(visible=False, range=[-0.5, cols - 0.5])
     st = snapshot.stats
     subtitle = (f"{st.total_blocks} blocks × {bs} slots · {st.used_blocks} used · "
-                f"{st.shared_blocks} shared · {st.free_blocks} free")
+                f"{st.shared_blocks} shared · {st.free_blocks} free"
+                + (" · block 0 is v1's null block" if st.null_blocks else ""))
     return style(fig, f"{title}<br><sup>{subtitle}</sup>", height=130 + 62 * total_rows)
 
 

@@ -7,8 +7,9 @@ import plotly.graph_objects as go
 
 from app.figures.common import OKABE_ITO, empty, style
 
-KIND_ORDER = ("prefill", "alloc", "append", "sample", "fork", "cow", "prefix_hit", "evict",
-              "preempt", "swap_out", "swap_in", "beam_prune", "finish", "free")
+KIND_ORDER = ("prefill", "alloc", "append", "sample", "fork", "cow", "prefix_hit", "cached",
+              "evict", "preempt", "swap_out", "swap_in", "beam_prune", "finish", "free",
+              "cache_reset")
 _COLORS = list(OKABE_ITO.values())[1:] + ["#555555"]     # lanes are labelled: colour is a bonus
 
 

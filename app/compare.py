@@ -1,0 +1,86 @@
+"""The Compare view's state: a vLLM v0 and a vLLM v1 engine on the same requests, in lockstep.
+
+Nothing here imports Streamlit. Both engines are built from one ``Settings`` (only
+``semantics`` differs); an engine that cannot run these requests (v1 refuses beam search) is
+None with its reason, and the other one still steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from engine import Engine, StepSnapshot
+
+from app.scenarios import Settings
+
+SEMANTICS = ("v0", "v1")
+
+
+@dataclass
+class Comparison:
+    settings: Settings                            # with semantics "v0"; v1 replaces it
+    engines: dict[str, Engine | None] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, settings: Settings, build_engine) -> "Comparison":
+        cmp = cls(settings.replace(semantics="v0"))
+        for sem in SEMANTICS:
+            s = settings.replace(semantics=sem,
+                                 enable_prefix_caching=settings.enable_prefix_caching or sem == "v1",
+                                 preemption_mode="recompute" if sem == "v1" else
+                                 settings.preemption_mode)
+            try:
+                cmp.engines[sem] = build_engine(s)
+            except ValueError as exc:
+                cmp.engines[sem], cmp.errors[sem] = None, str(exc)
+        return cmp
+
+    def live(self) -> dict[str, Engine]:
+        return {sem: e for sem, e in self.engines.items() if e is not None}
+
+    @property
+    def finished(self) -> bool:
+        return not any(e.has_unfinished_requests() for e in self.live().values())
+
+    def step(self) -> bool:
+        """One step of every engine that still has work; False if none had any."""
+        stepped = False
+        for e in self.live().values():
+            if e.has_unfinished_requests():
+                e.step()
+                stepped = True
+        return stepped
+
+    def snapshot(self, sem: str) -> StepSnapshot | None:
+        e = self.engines.get(sem)
+        return e.snapshot if e is not None else None
+
+
+def _count(engine: Engine, kind: str) -> int:
+    return engine.event_counts.get(kind, 0)
+
+
+def compare_table(cmp: Comparison) -> pd.DataFrame:
+    """What each engine has done so far, side by side (rows: measures, columns: v0 / v1);
+    every number is read from that engine's snapshot or event counts."""
+    rows = {}
+    for sem, e in cmp.live().items():
+        st = e.snapshot.stats
+        rows[f"vLLM {sem}"] = {
+            "steps": e.snapshot.step,
+            "requests finished": e.num_finished,
+            "blocks in use": f"{st.used_blocks} of {st.total_blocks - st.null_blocks}",
+            "shared blocks now": st.shared_blocks,
+            "KV cache usage": f"{100 * st.kv_cache_usage_perc:.0f}%",
+            "forks": _count(e, "fork"),
+            "copy-on-write copies": _count(e, "cow"),
+            "prefill chunks": _count(e, "prefill"),
+            "prefix-cache hits (blocks)": _count(e, "prefix_hit"),
+            "prefix_cache_queries / hits (tokens)":
+                f"{st.prefix_cache_queries} / {st.prefix_cache_hits}",
+            "preemptions": st.num_preemptions,
+            "swaps out": _count(e, "swap_out"),
+        }
+    return pd.DataFrame(rows)
