@@ -86,6 +86,7 @@ class Lab:
     playing: bool = False
     last_tick: float = 0.0
     error: str | None = None
+    notice: str | None = None                   # e.g. why a preset runs under v0, not v1
     _token_text: dict[int, str] = field(default_factory=dict)
     _sweep: tuple | None = None                 # (settings, block-size sweep frame)
     _compare: Comparison | None = None          # the Compare view's v0 + v1 engines
@@ -110,7 +111,7 @@ class Lab:
             return False
         self.settings, self.engine = settings, engine
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
-        self.error = None
+        self.error = self.notice = None
         self._token_text = {}
         self._compare = None
         return True

@@ -103,26 +103,32 @@ def get_lab() -> Lab:
 
 
 def _for_engine(s: Settings, semantics: str) -> Settings:
-    """A preset under the chosen engine: v1 caches prefixes by default and has no swap."""
+    """Settings under the chosen engine: v1 caches prefixes by default and has no swap; back
+    in v0, prefix caching is what the scenario's preset says."""
     if semantics == "v1":
         return s.replace(semantics="v1", enable_prefix_caching=True, preemption_mode="recompute")
-    return s.replace(semantics="v0")
+    return s.replace(semantics="v0",
+                     enable_prefix_caching=SCENARIOS[s.scenario].settings.enable_prefix_caching)
 
 
 def _on_scenario() -> None:
     lab = st.session_state.lab
     s = _for_engine(preset(st.session_state.w_scenario, lab.settings.model), lab.settings.semantics
                     ).replace(backend=lab.settings.backend)  # a scenario keeps engine + kernels
+    if not lab.apply(s) and s.semantics == "v1":
+        # v1 refuses this preset (beam search): run it under v0 and say why
+        reason = lab.error
+        s = _for_engine(s, "v0")
+        if lab.apply(s):
+            st.session_state.w_semantics = "v0"
+            lab.notice = f"This scenario runs under vLLM v0: {reason}"
     _load_widgets(s)
-    lab.apply(s)
 
 
 def _on_semantics() -> None:
     lab = st.session_state.lab
     chosen = st.session_state.w_semantics
-    base = preset(lab.settings.scenario, lab.settings.model).replace(
-        prompts=lab.settings.prompts, backend=lab.settings.backend)
-    s = _for_engine(base, chosen)
+    s = _for_engine(lab.settings, chosen)        # the applied settings, under the other engine
     if lab.apply(s):
         _load_widgets(s)
     else:                                # e.g. v1 refuses beam search: keep the old engine
@@ -458,6 +464,8 @@ def main_area() -> None:
     controls(lab)
     if lab.error:
         error_slot.error(lab.error)
+    elif lab.notice:
+        error_slot.warning(lab.notice)
     snap = lab.current()
     total = lab.snapshots()[-1].step
     state = ("finished" if lab.finished and not lab.replaying else

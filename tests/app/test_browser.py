@@ -153,3 +153,23 @@ def test_five_sessions_at_once(server, browser):
     assert rss_after - rss_before < RSS_BOUND_BYTES
     for page in pages.values():
         page.close()
+
+
+def test_compare_view_steps_v0_and_v1_together(server, browser):
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    select_scenario(page, SCENARIOS["parallel"].label)
+    page.get_by_role("tab", name="Compare").click()
+    expect = pw.expect
+    expect(page.get_by_role("heading", name="vLLM v1")).to_be_visible(timeout=60_000)
+    for step in (1, 2):
+        page.get_by_role("button", name="Step both").click()
+        expect(page.locator(".gtitle", has_text=f"Physical block pool — step {step}")
+               ).to_have_count(2, timeout=60_000)
+    # step 2: v0's first decode copies on write; v1's later children hit the prefix cache
+    alerts = " ".join(a.inner_text() for a in page.locator('[data-testid="stAlertContainer"]').all())
+    assert "Copy-on-write:" in alerts and "Prefix cache hit:" in alerts
+    expect(page.locator(".gtitle", has_text="block 0 is v1's null block")).to_have_count(1)
+    assert not exceptions_on(page)
+    page.close()
