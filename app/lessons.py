@@ -117,6 +117,14 @@ def paged_token_share_pct(snap: StepSnapshot) -> int:
     return round(100 * a.token_state_share)
 
 
+def paged_slots(snap: StepSnapshot) -> int:
+    return snap.stats.used_blocks * snap.block_size
+
+
+def prefill_tokens(snap: StepSnapshot) -> int:
+    return sum(e.end - e.start for e in snap.events if e.kind == "prefill")
+
+
 def chunk_tokens(snap: StepSnapshot) -> int:
     """Tokens the first partial prefill chunk of the step computed."""
     e = next(e for e in snap.events if e.kind == "prefill" and e.total and e.end < e.total)
@@ -232,6 +240,10 @@ LESSONS: dict[str, Lesson] = {lesson.key: lesson for lesson in (
                             "(prefix_cache_hits)?", prefix_hit_tokens)),
     )),
     Lesson("waste", "5 · Contiguous slabs vs pages", "single", "v0", (
+        Checkpoint("Paging gives the prompt just the blocks it fills.", "until the prefill",
+                   step_kind("prefill"),
+                   Question("How many KV slots does paging hold now (blocks × block size)?",
+                            paged_slots)),
         Checkpoint("A contiguous allocator (Orca-style Max) reserves max_model_len slots for the "
                    "sequence up front, before it has generated anything. Open the Waste tab.",
                    "until the Max slab holds tokens", max_slab_holds_tokens,
@@ -254,6 +266,11 @@ LESSONS: dict[str, Lesson] = {lesson.key: lesson for lesson in (
                    "until a preemption", has_event("preempt"),
                    Question("Which sequence id was preempted?", preempted_seq,
                             "the latest to arrive loses its blocks first")),
+        Checkpoint("Blocks free up as others finish; the preempted request is admitted again "
+                   "and its prompt and generated tokens are computed once more.",
+                   "until the next prefill", step_kind("prefill"),
+                   Question("How many tokens did this prefill compute?", prefill_tokens),
+                   later=True),
         Checkpoint("Preemption never changes outputs: the request is recomputed later.",
                    "until all finish", all_finished,
                    Question("How many blocks are free now?", free_blocks)),
