@@ -4,17 +4,24 @@ Nothing here imports Streamlit, so it is tested directly. Engines are replaced o
 settings were fully validated: a bad setting raises ValueError and the old engine stays.
 Model weights are shared: ``engine.models.loader.load_model`` caches them per process, so every
 session's Engine reuses one read-only copy and owns only its (small) KV pool.
+A server hosts a class (app.hosting): a model outside the operator's list is refused before
+anything is read, a checkpoint or KV cache over the limits before anything is allocated, and
+a session idle past ``PAGED_LAB_IDLE_MINUTES`` is released (it gets a fresh engine on return).
+Errors a person can fix are ValueErrors shown as they are (without server paths); anything
+else is logged on the server and shown as one short line.
 """
 from __future__ import annotations
 
-import os
+import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
 from engine.block_size_sweep import block_size_sweep
 
+from app import hosting
 from app.compare import Comparison
 from app.scenarios import DEFAULT_SCENARIO, SCENARIOS, Settings, preset
 
@@ -22,10 +29,11 @@ MAX_HISTORY = 400        # snapshots kept per session (bounded memory); older st
 MAX_PROMPTS = 12
 MAX_POOL_BLOCKS = 1024   # keeps one session's KV pool small
 _build_lock = threading.Lock()   # first load of a model happens once, even with many sessions
+log = logging.getLogger(__name__)
 
 
 def initial_model() -> str:
-    return os.environ.get("PAGED_LAB_MODEL", "").strip() or "default"
+    return hosting.initial_model()
 
 
 def parse_prompts(text: str) -> list[str]:
@@ -38,13 +46,15 @@ def parse_prompts(text: str) -> list[str]:
 
 
 def make_config(s: Settings) -> EngineConfig:
+    """Engine settings; a model this server does not offer is refused first, by name only."""
+    model = hosting.check_model_allowed(s.model)
     if s.num_gpu_blocks > MAX_POOL_BLOCKS or s.num_cpu_blocks > MAX_POOL_BLOCKS:
         raise ValueError(f"pool sizes are limited to {MAX_POOL_BLOCKS} blocks in the lab")
     v1 = s.semantics == "v1"
     return EngineConfig(semantics=s.semantics,
                         # v0 keeps vLLM's large default: whole prompts in one prefill step
                         max_num_batched_tokens=s.max_num_batched_tokens if v1 else 4096,
-                        model=s.model.strip() or "default", block_size=s.block_size,
+                        model=model, block_size=s.block_size,
                         num_gpu_blocks=s.num_gpu_blocks, num_cpu_blocks=s.num_cpu_blocks,
                         preemption_mode=s.preemption_mode,
                         enable_prefix_caching=s.enable_prefix_caching, seed=s.seed,
@@ -63,6 +73,7 @@ def build_engine(s: Settings) -> Engine:
     config = make_config(s)          # cheap checks first: nothing is loaded if these fail
     params = make_params(s)
     prompts = parse_prompts(s.prompts)
+    hosting.check_resources(config)  # config.json + weight headers only; nothing allocated yet
     with _build_lock:
         engine = Engine(config)
     for i, p in enumerate(prompts):
@@ -90,6 +101,11 @@ class Lab:
     _token_text: dict[int, str] = field(default_factory=dict)
     _sweep: tuple | None = None                 # (settings, block-size sweep frame)
     _compare: Comparison | None = None          # the Compare view's v0 + v1 engines
+    last_active: float = field(default_factory=time.monotonic)
+    released: bool = False                      # idle: engine and history given back
+
+    def __post_init__(self):
+        _LABS[id(self)] = self                   # weakly: a closed session's lab just goes
 
     @classmethod
     def create(cls, scenario: str = DEFAULT_SCENARIO, model: str | None = None) -> "Lab":
@@ -101,6 +117,32 @@ class Lab:
             lab.error = _message(exc)
         return lab
 
+    # ---- idle sessions -------------------------------------------------------------------
+    def touch(self, now: float | None = None) -> None:
+        """The session did something: it is not idle."""
+        self.last_active = time.monotonic() if now is None else now
+
+    def release(self) -> None:
+        """Give back the engine (KV pool, history), a replayed trace and the Compare engines."""
+        self.engine, self._compare, self._sweep = None, None, None
+        self.trace, self.trace_name, self.view, self.playing = None, "", None, False
+        self._token_text = {}
+        self.released = True
+
+    def revive(self) -> None:
+        """After ``release``: a fresh engine on the same settings, and a note saying why."""
+        trace, name, view = self.trace, self.trace_name, self.view   # uploaded since then
+        self.released = False
+        if self.apply(self.settings):
+            minutes = (hosting.idle_seconds() or 0) / 60
+            unit = "minute" if minutes == 1 else "minutes"
+            self.notice = (f"This session was idle for more than {minutes:g} {unit}, so the "
+                           "server released its engine and history to free memory: this is a "
+                           "fresh engine with your settings.")
+        if trace is not None:
+            self.load_trace(trace, name)
+            self.view = view
+
     # ---- changing what runs --------------------------------------------------------------
     def apply(self, settings: Settings) -> bool:
         """Rebuild from ``settings``; on failure keep everything and set ``error``."""
@@ -109,7 +151,7 @@ class Lab:
         except Exception as exc:
             self.error = _message(exc)
             return False
-        self.settings, self.engine = settings, engine
+        self.settings, self.engine, self.released = settings, engine, False
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
         self.error = self.notice = None
         self._token_text = {}
@@ -227,10 +269,67 @@ class Lab:
         return decode
 
 
+_LABS: "weakref.WeakValueDictionary[int, Lab]" = weakref.WeakValueDictionary()
+
+
+def release_idle_labs(now: float | None = None, idle_s: float | None = None,
+                      labs=None) -> int:
+    """Release every lab (of this process, or ``labs``) idle for more than ``idle_s`` (default:
+    PAGED_LAB_IDLE_MINUTES); returns how many. A playing lab is never idle."""
+    idle_s = hosting.idle_seconds() if idle_s is None else idle_s
+    if not idle_s:
+        return 0
+    now = time.monotonic() if now is None else now
+    released = 0
+    for lab in list(_LABS.values()) if labs is None else labs:
+        if not lab.released and not lab.playing and now - lab.last_active > idle_s:
+            lab.release()
+            released += 1
+    if released:
+        log.info("released %d idle session(s)", released)
+    return released
+
+
+_sweeper: threading.Thread | None = None
+_sweeper_lock = threading.Lock()
+
+
+def start_idle_sweeper(interval_s: float = 60.0) -> None:
+    """Once per process: a daemon thread releasing idle labs, so memory is given back even
+    when no session is active to trigger the check."""
+    global _sweeper
+    if _sweeper is not None:
+        return
+    with _sweeper_lock:
+        if _sweeper is not None:
+            return
+
+        def sweep():
+            while True:
+                time.sleep(interval_s)
+                try:
+                    release_idle_labs()
+                except Exception:                # a bad setting must not kill the thread
+                    log.exception("idle-session sweep failed")
+        _sweeper = threading.Thread(target=sweep, name="paged-lab-idle-sweeper", daemon=True)
+        _sweeper.start()
+
+
 def _message(exc: Exception) -> str:
+    """What the page shows: a ValueError's reason (without server paths); for anything else a
+    short line, with the traceback logged on the server."""
+    if isinstance(exc, hosting.ModelNotOffered):
+        return str(exc)                  # what the session typed, and the operator's list
     if isinstance(exc, ValueError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+        return hosting.public_message(str(exc))
+    log.error("unexpected error while building an engine", exc_info=exc)
+    return unexpected_message(exc)
 
 
-__all__ = ["Lab", "Settings", "SCENARIOS", "build_engine", "initial_model", "parse_prompts"]
+def unexpected_message(exc: BaseException) -> str:
+    return (f"Something went wrong on the server ({type(exc).__name__}); it was logged there. "
+            "Try again, or change the settings.")
+
+
+__all__ = ["Lab", "Settings", "SCENARIOS", "build_engine", "initial_model", "parse_prompts",
+           "release_idle_labs", "start_idle_sweeper", "unexpected_message"]

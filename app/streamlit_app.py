@@ -3,11 +3,17 @@
 Layout only: the session's engine lives in app.state.Lab, presets in app.scenarios, every figure
 is a pure function in app.figures.*, the narration in app.narration, traces in app.trace_io.
 The page draws only from snapshots, their events and public Engine methods.
+Hosted for a class (app.hosting): the Model field offers only the operator's models, uploads
+are bounded, idle sessions are released, and no exception shows a traceback or a server path:
+callbacks and views catch what they did not expect, log it, and show one short line.
 """
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -33,8 +39,11 @@ from app.figures.waste import (block_size_sweep_figure, request_table, waste_fig
 from app.narration import narrate  # noqa: E402
 from app.compare import compare_table  # noqa: E402
 from app.scenarios import COMPARE_NOTES, DEFAULT_SCENARIO, SCENARIOS, Settings, preset  # noqa: E402
-from app.state import Lab  # noqa: E402
+from app import hosting  # noqa: E402
+from app.state import Lab, release_idle_labs, start_idle_sweeper, unexpected_message  # noqa: E402
 from app.trace_io import load_trace, metrics_csv, trace_json  # noqa: E402
+
+log = logging.getLogger("app.page")
 
 PLAY_INTERVAL_S = 1.0
 FIELDS = [f.name for f in fields(Settings) if f.name not in ("scenario", "semantics")]
@@ -86,6 +95,32 @@ HOW_TO_READ = {
 }
 
 
+# ---- errors --------------------------------------------------------------------------------
+@contextmanager
+def short_errors(what: str):
+    """An unexpected exception in the block is logged with its traceback and shown as one
+    short st.error (no traceback, no server path); Streamlit's rerun/stop pass through."""
+    try:
+        yield
+    except Exception as exc:
+        log.exception("unexpected error while drawing %s", what)
+        st.error(f"{what[0].upper()}{what[1:]} could not be drawn: {unexpected_message(exc)}")
+
+
+def guarded(callback):
+    """A widget callback whose unexpected exception becomes the lab's error message."""
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        try:
+            return callback(*args, **kwargs)
+        except Exception as exc:
+            log.exception("unexpected error in %s", callback.__name__)
+            lab = st.session_state.get("lab")
+            if lab is not None:
+                lab.error = unexpected_message(exc)
+    return run
+
+
 # ---- session -------------------------------------------------------------------------------
 def _load_widgets(s: Settings) -> None:
     for name in FIELDS:
@@ -99,7 +134,16 @@ def get_lab() -> Lab:
         st.session_state.w_scenario = lab.settings.scenario
         st.session_state.w_semantics = lab.settings.semantics
         _load_widgets(lab.settings)
-    return st.session_state.lab
+    lab = st.session_state.lab
+    lab.touch()
+    try:
+        start_idle_sweeper()
+        release_idle_labs()              # any session's visit also sweeps the idle ones
+    except ValueError as exc:            # e.g. a bad PAGED_LAB_IDLE_MINUTES
+        log.error("idle-session check: %s", exc)
+    if lab.released:                     # this session was idle: a fresh engine, and a note
+        lab.revive()
+    return lab
 
 
 def _for_engine(s: Settings, semantics: str) -> Settings:
@@ -111,6 +155,7 @@ def _for_engine(s: Settings, semantics: str) -> Settings:
                      enable_prefix_caching=SCENARIOS[s.scenario].settings.enable_prefix_caching)
 
 
+@guarded
 def _on_scenario() -> None:
     lab = st.session_state.lab
     s = _for_engine(preset(st.session_state.w_scenario, lab.settings.model), lab.settings.semantics
@@ -125,6 +170,7 @@ def _on_scenario() -> None:
     _load_widgets(s)
 
 
+@guarded
 def _on_semantics() -> None:
     lab = st.session_state.lab
     chosen = st.session_state.w_semantics
@@ -145,17 +191,22 @@ def _settings_from_widgets() -> Settings:
     return Settings(scenario=ss.w_scenario, semantics=ss.w_semantics, **values)
 
 
+@guarded
 def _on_trace_upload() -> None:
     lab = st.session_state.lab
     f = st.session_state.w_trace
     if f is None:
         return
     try:
-        lab.load_trace(load_trace(f.getvalue()), f.name)
-    except ValueError as exc:
+        snapshots = load_trace(f.getvalue(),
+                               max_bytes=st.get_option("server.maxUploadSize") * 1024 * 1024)
+    except ValueError as exc:            # names the problem (size, JSON, the first bad field)
         lab.error = f"could not load {f.name}: {exc}"
+        return
+    lab.load_trace(snapshots, f.name)
 
 
+@guarded
 def _on_history() -> None:
     lab = st.session_state.lab
     chosen = st.session_state.w_hist          # a position in the history, not a step number
@@ -164,6 +215,31 @@ def _on_history() -> None:
 
 
 # ---- sidebar -------------------------------------------------------------------------------
+def model_field(lab: Lab) -> bool:
+    """A choice among the operator's models (PAGED_LAB_MODELS); free text only with ``*``.
+    A value set around the field (session state, or a list that shrank) is refused with the
+    message, the field goes back to the running model, and False says: do not apply."""
+    allowed = hosting.allowed_models()
+    if allowed is None:
+        st.text_input("Model", key="w_model",
+                      help="'default' (the embedded model), a local Hugging Face folder, or a "
+                           "hub id (needs a network)")
+        return True
+    ok = True
+    asked = st.session_state.get("w_model")
+    if asked is not None and asked not in allowed:
+        try:
+            st.session_state.w_model = hosting.check_model_allowed(asked)
+        except ValueError as exc:
+            lab.error, ok = str(exc), False
+            st.session_state.w_model = (lab.settings.model if lab.settings.model in allowed
+                                        else allowed[0])
+    st.selectbox("Model", allowed, key="w_model",
+                 help="the models this server offers: 'default' is the embedded model; the "
+                      "server's operator lists others in PAGED_LAB_MODELS")
+    return ok
+
+
 def sidebar(lab: Lab) -> None:
     with st.sidebar:
         st.title("PagedAttention Lab")
@@ -178,9 +254,7 @@ def sidebar(lab: Lab) -> None:
                       "prefix cache, recompute-only preemption, block 0 as the null block.")
         v1 = st.session_state.w_semantics == "v1"
         with st.form("settings", border=False):
-            st.text_input("Model", key="w_model",
-                          help="'default' (the embedded model), a local Hugging Face folder, or a "
-                               "hub id (needs a network)")
+            model_ok = model_field(lab)
             st.text_area("Prompts (one request per line)", key="w_prompts", height=110)
             a, b = st.columns(2)
             a.number_input("n (samples)", key="w_n", step=1)
@@ -223,7 +297,8 @@ def sidebar(lab: Lab) -> None:
                                   "so), torch on CPU. torch / triton force one; triton-legacy "
                                   "is the previous Triton decode/prefill. On CPU, Triton needs "
                                   "TRITON_INTERPRET=1 set before the server starts.")
-            if st.form_submit_button("Apply & reset", type="primary", width="stretch"):
+            if st.form_submit_button("Apply & reset", type="primary", width="stretch") \
+                    and model_ok:
                 lab.apply(_settings_from_widgets())
         st.divider()
         st.file_uploader("Replay a saved trace (.json)", type=["json"], key="w_trace",
@@ -235,21 +310,25 @@ def sidebar(lab: Lab) -> None:
 
 
 # ---- main area -----------------------------------------------------------------------------
+@guarded
 def _on_step() -> None:
     lab = st.session_state.lab
     if lab.step():
         lab.error = None
 
 
+@guarded
 def _on_reset() -> None:
     lab = st.session_state.lab
     lab.apply(lab.settings)
 
 
+@guarded
 def _on_back() -> None:
     st.session_state.lab.back()
 
 
+@guarded
 def _on_latest() -> None:
     lab = st.session_state.lab
     lab.show(len(lab.snapshots()) - 1)
@@ -311,38 +390,40 @@ def views(lab: Lab) -> None:
     for col, m in zip(st.columns(6), metrics(snap)):
         col.metric(m.label, m.value, help=m.help)
     tabs = dict(zip(TABS, st.tabs(TABS, key="w_tab", on_change="rerun")))
-    with tabs["Memory"]:
+    with tabs["Memory"], short_errors("the Memory tab"):
         if tabs["Memory"].open:
             memory_tab(snap, prev, decode)
-    with tabs["Text"]:
+    with tabs["Text"], short_errors("the Text tab"):
         if tabs["Text"].open:
             st.markdown(text_html(snap, decode), unsafe_allow_html=True)
             how_to_read("text")
-    with tabs["Events"]:
+    with tabs["Events"], short_errors("the Events tab"):
         if tabs["Events"].open:
             events_tab(snaps, snap)
-    with tabs["Tree"]:
+    with tabs["Tree"], short_errors("the Tree tab"):
         if tabs["Tree"].open:
             st.plotly_chart(beam_tree_figure(snap, snaps), key="fig_tree", config=CHART)
             how_to_read("tree")
-    with tabs["Waste"]:
+    with tabs["Waste"], short_errors("the Waste tab"):
         if tabs["Waste"].open:
             waste_tab(lab, snap, snaps)
-    with tabs["Compare"]:
+    with tabs["Compare"], short_errors("the Compare tab"):
         if tabs["Compare"].open:
             compare_tab(lab)
-    with tabs["Watch vLLM"]:
+    with tabs["Watch vLLM"], short_errors("the Watch vLLM tab"):
         if tabs["Watch vLLM"].open:
             watch_tab()
-    with tabs["Export"]:
+    with tabs["Export"], short_errors("the Export tab"):
         if tabs["Export"].open:
             export_tab(lab, snaps)
 
 
+@guarded
 def _on_compare_step() -> None:
     st.session_state.lab.comparison().step()
 
 
+@guarded
 def _on_compare_reset() -> None:
     st.session_state.lab.comparison(fresh=True)
 
@@ -447,7 +528,15 @@ def export_tab(lab: Lab, snaps) -> None:
 @st.fragment(run_every=PLAY_INTERVAL_S if st.session_state.get("lab") and
              st.session_state.lab.playing else None)
 def main_area() -> None:
-    lab: Lab = st.session_state.lab
+    lab: Lab | None = st.session_state.get("lab")
+    if lab is None:                      # get_lab failed: its short error is already shown
+        return
+    lab.touch()                          # Play's timer reruns only this fragment
+    with short_errors("the lab"):
+        _main_area(lab)
+
+
+def _main_area(lab: Lab) -> None:
     if lab.engine is None and not lab.replaying:
         if lab.error:
             st.error(lab.error)
@@ -479,13 +568,15 @@ def main_area() -> None:
     if "failed" in snap.backend:
         st.warning(f"A Triton kernel could not run on this machine, so the torch reference ran "
                    f"that op instead (outputs are unchanged): `{snap.backend}`")
-    views(lab)
+    with short_errors("this view"):
+        views(lab)
     st.caption(f"rendered step {snap.step}")
 
 
 st.set_page_config(page_title="PagedAttention Lab", page_icon="🧱", layout="wide",
                    initial_sidebar_state="expanded")
 st.markdown(CSS, unsafe_allow_html=True)
-_lab = get_lab()
-sidebar(_lab)
+with short_errors("the page"):
+    _lab = get_lab()
+    sidebar(_lab)
 main_area()

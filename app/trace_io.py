@@ -1,43 +1,206 @@
-"""Save and load traces (a JSON list of ``StepSnapshot.to_dict()``) and metrics as CSV."""
+"""Save and load traces (a JSON list of ``StepSnapshot.to_dict()``) and metrics as CSV.
+
+An uploaded trace is somebody else's file: it is size-checked before it is decoded, its
+nesting depth is checked before ``json.loads`` (no recursion limit to hit), its length is
+bounded (PAGED_LAB_MAX_TRACE_SNAPSHOTS), and every field is type-checked against the snapshot
+dataclasses before one is built. Nothing in a trace is executed; errors name the first bad field.
+"""
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
 import json
+import math
+import re
+import types
+import typing
 
 import pandas as pd
 
 from engine import StepSnapshot
 from engine.accounting import accounting_frame
+from engine.events import EVENT_KINDS
 
-MAX_TRACE_BYTES = 50 * 1024 * 1024
+from app import hosting
+
+MAX_TRACE_BYTES = 5 * 1024 * 1024    # the page passes server.maxUploadSize instead
+MAX_DEPTH = 10                       # a saved trace nests 5 deep (list > snapshot > blocks > ...)
 
 
 def trace_json(snapshots) -> str:
     return json.dumps([s.to_dict() for s in snapshots])
 
 
-def load_trace(data: bytes | str) -> list[StepSnapshot]:
-    """Snapshots from a saved trace; ValueError (with a reason a person can act on) otherwise."""
+# ---- parsing safely ------------------------------------------------------------------------
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def nesting_depth(text: str) -> int:
+    """How deep JSON arrays and objects nest in ``text`` (brackets inside strings ignored),
+    computed without recursion, so a file of 100,000 ``[`` is measured, not parsed."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"not a trace: {name} is not a JSON number")
+
+
+def parse_json(data: bytes | str, max_bytes: int) -> object:
+    """JSON from an upload: size first, then UTF-8, then nesting depth, then ``json.loads``."""
+    size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ValueError(f"the file is {size / 2**20:.1f} MB: this server accepts traces up to "
+                         f"{max_bytes / 2**20:g} MB (server.maxUploadSize)")
     if isinstance(data, bytes):
-        if len(data) > MAX_TRACE_BYTES:
-            raise ValueError(f"the file is larger than {MAX_TRACE_BYTES >> 20} MiB")
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError:
             raise ValueError("not a trace: the file is not UTF-8 text (expected JSON)") from None
+    if nesting_depth(data) > MAX_DEPTH:
+        raise ValueError(f"not a trace: JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        raw = json.loads(data)
+        return json.loads(data, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not a trace: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:                # not reached after the depth check; kept as a guard
+        raise ValueError("not a trace: JSON nested too deeply") from None
+
+
+# ---- checking every field ------------------------------------------------------------------
+class BadField(ValueError):
+    """A trace field that does not match the snapshot dataclasses; ``where`` names it."""
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check(value, hint, where: str) -> None:
+    """``value`` (parsed JSON) matches the dataclass field type ``hint`` or BadField."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return _check(value, options[0], where)
+        raise BadField(f"field {where!r}: unsupported type {hint}")   # none in the snapshots
+    if hint is bool:
+        ok, kind = isinstance(value, bool), "true or false"
+    elif hint is int:
+        ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif hint is float:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value))
+        kind = "a number"
+    elif hint is str:
+        ok, kind = isinstance(value, str), "a string"
+    elif origin is tuple:
+        if not isinstance(value, list):
+            raise BadField(f"field {where!r} must be a list, got {_show(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            if args[0] in (int, str) and all(type(x) is args[0] for x in value):
+                return                           # the common case (token ids), checked fast
+            for i, item in enumerate(value):
+                _check(item, args[0], f"{where}[{i}]")
+            return
+        if len(value) != len(args):
+            raise BadField(f"field {where!r} must be a list of {len(args)}, got {_show(value)}")
+        for i, (item, arg) in enumerate(zip(value, args)):
+            _check(item, arg, f"{where}[{i}]")
+        return
+    elif dataclasses.is_dataclass(hint):
+        return _check_object(value, hint, where)
+    else:
+        raise BadField(f"field {where!r}: unsupported type {hint}")
+    if not ok:
+        raise BadField(f"field {where!r} must be {kind}, got {_show(value)}")
+
+
+def _check_mapping(value, where: str) -> None:
+    """A swap event's mapping: JSON object {"src block": dst block}."""
+    if not isinstance(value, dict):
+        raise BadField(f"field {where!r} must be an object of block ids, got {_show(value)}")
+    for src, dst in value.items():
+        if not src.lstrip("-").isdigit():
+            raise BadField(f"field {where!r} has key {_show(src)}: expected a block id")
+        _check(dst, int, f"{where}[{src}]")
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(cls) -> tuple[dict, tuple]:
+    return typing.get_type_hints(cls), dataclasses.fields(cls)
+
+
+def _check_object(value, cls, where: str, skip: tuple[str, ...] = ()) -> None:
+    """A JSON object with ``cls``'s fields: required ones present, each of its type, no
+    others (the names in ``skip`` are checked by the caller)."""
+    if not isinstance(value, dict):
+        raise BadField(f"field {where!r} must be an object, got {_show(value)}")
+    hints, fields = _schema(cls)
+    names = set()
+    for f in fields:
+        names.add(f.name)
+        path = f"{where}.{f.name}" if where else f.name
+        if f.name not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise BadField(f"field {path!r} is missing")
+            continue
+        if f.name in skip:
+            continue
+        if f.name == "mapping":
+            _check_mapping(value[f.name], path)
+        else:
+            _check(value[f.name], hints[f.name], path)
+    extra = [k for k in value if k not in names and k != "kind"]
+    if extra:
+        raise BadField(f"unexpected field {(f'{where}.' if where else '') + str(extra[0])!r}")
+
+
+def _check_snapshot(d) -> None:
+    _check_object(d, StepSnapshot, "", skip=("events",))
+    events = d["events"]
+    if not isinstance(events, list):
+        raise BadField(f"field 'events' must be a list, got {_show(events)}")
+    for i, e in enumerate(events):
+        where = f"events[{i}]"
+        if not isinstance(e, dict):
+            raise BadField(f"field {where!r} must be an object, got {_show(e)}")
+        cls = EVENT_KINDS.get(e.get("kind"))
+        if cls is None:
+            raise BadField(f"field {where + '.kind'!r}: unknown event kind {_show(e.get('kind'))}")
+        _check_object(e, cls, where)
+    bs = d["block_size"]
+    if bs < 1 or bs & (bs - 1):
+        raise BadField(f"field 'block_size' must be a positive power of two, got {bs}")
+
+
+def load_trace(data: bytes | str, *, max_bytes: int = MAX_TRACE_BYTES,
+               max_snapshots: int | None = None) -> list[StepSnapshot]:
+    """Snapshots from a saved trace; ValueError (with a reason a person can act on) otherwise.
+    ``max_snapshots`` defaults to PAGED_LAB_MAX_TRACE_SNAPSHOTS."""
+    raw = parse_json(data, max_bytes)
     if not isinstance(raw, list) or not raw:
         raise ValueError("not a trace: expected a non-empty JSON list of snapshots")
+    limit = hosting.max_trace_snapshots() if max_snapshots is None else max_snapshots
+    if len(raw) > limit:
+        raise ValueError(f"the trace has {len(raw):,} snapshots: this server replays at most "
+                         f"{limit:,} (PAGED_LAB_MAX_TRACE_SNAPSHOTS)")
     out = []
     for i, d in enumerate(raw):
         if not isinstance(d, dict):
             raise ValueError(f"not a trace: item {i} is not a snapshot object")
         try:
+            _check_snapshot(d)
             out.append(StepSnapshot.from_dict(d))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"snapshot {i} of the trace is malformed: {exc}") from None
+        raw[i] = None                    # the parsed dict can go as soon as its snapshot exists
     return out
 
 

@@ -27,8 +27,8 @@ BAD_SETTINGS = [   # (changes to the "parallel" preset, words the error must con
     (dict(max_model_len=2.5), "max_model_len must be"),
     (dict(max_model_len=100000), "above the model's context"),
     (dict(num_gpu_blocks=10**6), "limited to"),
-    (dict(model="/no/such/folder"), "no such folder"),
-    (dict(model="someone/not-a-model-anywhere"), "Offline?"),
+    (dict(model="/no/such/folder"), "PAGED_LAB_MODELS"),         # not on the server's list
+    (dict(model="someone/not-a-model-anywhere"), "PAGED_LAB_MODELS"),
     (dict(backend="cuda-graphs"), "unknown kernel backend"),
 ]
 

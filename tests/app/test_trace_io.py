@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from app.trace_io import load_trace, metrics_csv, stats_frame, trace_json
+from app.trace_io import (MAX_DEPTH, load_trace, metrics_csv, nesting_depth, stats_frame,
+                          trace_json)
 
 
 def test_trace_round_trip(beam_run):
@@ -54,3 +55,89 @@ def test_metrics_csv(swap_run):
     stats = stats_frame(snaps)
     assert list(stats["used_blocks"]) == [s.stats.used_blocks for s in snaps]
     assert stats["events_swap_out"].sum() == sum(e.kind == "swap_out" for s in snaps for e in s.events)
+
+
+# ---- uploads from anybody: bounded, parsed without recursion, checked field by field -------
+def _snapshot_dict(run) -> dict:
+    eng, _ = run
+    return json.loads(json.dumps(eng.history[1].to_dict()))
+
+
+@pytest.mark.parametrize("data", [b"[" * 100_000, b'{"a":' * 100_000, b"[" * 11 + b"]" * 11])
+def test_deep_nesting_is_a_clear_error_not_a_recursion_error(data):
+    with pytest.raises(ValueError, match="nested deeper than 10 levels"):
+        load_trace(data)
+
+
+def test_brackets_inside_strings_do_not_count(parallel_run):
+    d = _snapshot_dict(parallel_run)
+    d["model"] = "[[[[[[[[[[[[ \\\" {{{{{{{{{{{{"
+    assert load_trace(json.dumps([d]))[0].model == d["model"]
+    assert nesting_depth(trace_json(parallel_run[0].history)) <= MAX_DEPTH
+
+
+def test_an_oversized_trace_is_refused_before_it_is_decoded():
+    with pytest.raises(ValueError, match=r"the file is 2\.0 MB: this server accepts traces up "
+                                         r"to 1 MB \(server\.maxUploadSize\)"):
+        load_trace(b"\xff" * (2 << 20), max_bytes=1 << 20)     # not even UTF-8: size comes first
+
+
+def test_a_trace_with_too_many_snapshots_is_refused(parallel_run, monkeypatch):
+    snaps = list(parallel_run[0].history)
+    monkeypatch.setenv("PAGED_LAB_MAX_TRACE_SNAPSHOTS", str(len(snaps) - 1))
+    limit = len(snaps) - 1
+    with pytest.raises(ValueError, match=rf"has {len(snaps)} snapshots: this server replays "
+                                         rf"at most {limit} \(PAGED_LAB_MAX_TRACE_SNAPSHOTS\)"):
+        load_trace(trace_json(snaps))
+    monkeypatch.setenv("PAGED_LAB_MAX_TRACE_SNAPSHOTS", str(len(snaps)))
+    assert load_trace(trace_json(snaps)) == snaps
+
+
+def _set(d, path, value):
+    *parents, last = path
+    for key in parents:
+        d = d[key]
+    if value is KeyError:
+        del d[last]
+    else:
+        d[last] = value
+
+
+@pytest.mark.parametrize("path, value, words", [
+    (["step"], "1", "field 'step' must be an integer, got '1'"),
+    (["step"], True, "field 'step' must be an integer, got True"),
+    (["kind"], KeyError, "field 'kind' is missing"),
+    (["step_time_s"], "fast", "field 'step_time_s' must be a number"),
+    (["block_size"], 0, "field 'block_size' must be a positive power of two"),
+    (["blocks", 0, "token_ids"], "abc", "field 'blocks[0].token_ids' must be a list"),
+    (["blocks", 0, "token_ids"], [1, "x"], "field 'blocks[0].token_ids[1]' must be an integer"),
+    (["blocks", 0, "block_hash"], 7, "field 'blocks[0].block_hash' must be a string"),
+    (["sequences", 0, "finish_reason"], [], "field 'sequences[0].finish_reason' must be a string"),
+    (["stats", "used_blocks"], KeyError, "field 'stats.used_blocks' is missing"),
+    (["stats", "surprise"], 1, "unexpected field 'stats.surprise'"),
+    (["accounting", 0, "allocator"], None, "field 'accounting[0].allocator' must be a string"),
+    (["events", 0, "kind"], "teleport", "'events[0].kind': unknown event kind 'teleport'"),
+    (["events", 0, "seq_id"], {"__class__": 1}, "field 'events[0].seq_id' must be an integer"),
+    (["events"], {}, "field 'events' must be a list"),
+    (["__init__"], "os.system('x')", "unexpected field '__init__'"),
+])
+def test_the_first_bad_field_is_named(parallel_run, path, value, words):
+    d = _snapshot_dict(parallel_run)
+    _set(d, path, value)
+    with pytest.raises(ValueError, match="^snapshot 0 of the trace is malformed: ") as err:
+        load_trace(json.dumps([d]))
+    assert words in str(err.value)
+
+
+def test_a_swap_mapping_and_non_numbers_are_checked(swap_run):
+    snaps = list(swap_run[0].history)
+    i, d = next((i, s.to_dict()) for i, s in enumerate(snaps)
+                if any(e.kind == "swap_out" for e in s.events))
+    j = next(k for k, e in enumerate(d["events"]) if e["kind"] == "swap_out")
+    assert load_trace(json.dumps([d]))[0] == snaps[i]
+    d["events"][j]["mapping"] = {"zero": 1}
+    with pytest.raises(ValueError, match=rf"'events\[{j}\]\.mapping' has key 'zero'"):
+        load_trace(json.dumps([d]))
+    text = json.dumps([snaps[1].to_dict()]).replace('"step_time_s": ', '"step_time_s": NaN, "x": ')
+    with pytest.raises(ValueError, match="NaN is not a JSON number"):
+        load_trace(text)

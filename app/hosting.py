@@ -1,0 +1,188 @@
+"""Operator settings for hosting one lab server for a whole class, and the checks they drive.
+
+A teacher runs ``streamlit run app`` and gives the address to a class. Every session is then
+somebody else's input, so the server is safe and bounded by default; the operator widens the
+limits with environment variables (read on every check, so a test can monkeypatch them):
+
+``PAGED_LAB_MODELS``               comma-separated folders or hub ids a session may choose.
+                                   ``default`` (the embedded model) and ``PAGED_LAB_MODEL`` (the
+                                   model a session starts with) are always allowed. ``*`` allows
+                                   any folder or hub id: only for one user on their own machine.
+                                   Default: empty (only those two).
+``PAGED_LAB_MAX_MODELS``           models kept loaded in memory, least recently used dropped
+                                   first (read by ``engine.models.loader``). Default 2.
+``PAGED_LAB_MAX_CHECKPOINT_MB``    largest checkpoint a session may load, in MiB of weights as
+                                   the safetensors headers give them. Default 1024.
+``PAGED_LAB_MAX_KV_MB``            largest KV cache (GPU + CPU pools) one engine may allocate,
+                                   in MiB. Default 64. The Compare tab runs a v0 and a v1 engine
+                                   with the same settings, so a session holds at most 3 such pools.
+``PAGED_LAB_MAX_TRACE_SNAPSHOTS``  longest trace (snapshots) an upload may hold. Default 2000.
+``PAGED_LAB_IDLE_MINUTES``         a session idle this long loses its engine, history and
+                                   replayed trace (it gets a fresh engine when it comes back).
+                                   0 = never. Default 30.
+``server.maxUploadSize``           (``.streamlit/config.toml``) largest upload, in MB. Default 5.
+
+Every check here runs before anything is loaded: a refused model is never resolved, read or
+downloaded, and a refused KV cache is never allocated.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from pathlib import Path
+
+DEFAULT_MODEL = "default"
+ANY_MODEL = "*"
+DEFAULT_MAX_CHECKPOINT_MB = 1024
+DEFAULT_MAX_KV_MB = 64
+DEFAULT_MAX_TRACE_SNAPSHOTS = 2000
+DEFAULT_IDLE_MINUTES = 30
+MiB = 1024 * 1024
+
+
+# ---- reading the settings ------------------------------------------------------------------
+def _number(name: str, default: float, *, integer: bool = False, allow_zero: bool = False):
+    """An env var as a positive number (or the default when unset); a bad value names itself."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"the server setting {name} must be {kind} "
+                         f"{'>= 0' if allow_zero else '> 0'}, got {raw!r}")
+    return value
+
+
+def initial_model() -> str:
+    """The model a new session starts with (``PAGED_LAB_MODEL``, else the embedded one)."""
+    return os.environ.get("PAGED_LAB_MODEL", "").strip() or DEFAULT_MODEL
+
+
+def allowed_models() -> list[str] | None:
+    """The models a session may choose, in the Model field's order; None = any (``*``)."""
+    listed = [m.strip() for m in os.environ.get("PAGED_LAB_MODELS", "").split(",")]
+    if ANY_MODEL in listed:
+        return None
+    return list(dict.fromkeys([DEFAULT_MODEL, initial_model(), *(m for m in listed if m)]))
+
+
+def max_checkpoint_bytes() -> int:
+    return int(_number("PAGED_LAB_MAX_CHECKPOINT_MB", DEFAULT_MAX_CHECKPOINT_MB) * MiB)
+
+
+def max_kv_bytes() -> int:
+    return int(_number("PAGED_LAB_MAX_KV_MB", DEFAULT_MAX_KV_MB) * MiB)
+
+
+def max_trace_snapshots() -> int:
+    return _number("PAGED_LAB_MAX_TRACE_SNAPSHOTS", DEFAULT_MAX_TRACE_SNAPSHOTS, integer=True)
+
+
+def idle_seconds() -> float | None:
+    """Idle time after which a session is released; None = never (``PAGED_LAB_IDLE_MINUTES=0``)."""
+    minutes = _number("PAGED_LAB_IDLE_MINUTES", DEFAULT_IDLE_MINUTES, allow_zero=True)
+    return minutes * 60 if minutes else None
+
+
+# ---- the checks ----------------------------------------------------------------------------
+class ModelNotOffered(ValueError):
+    """A session asked for a model outside the operator's list (it holds only what the
+    session typed and the list, so the page shows it as it is)."""
+
+
+def check_model_allowed(model) -> str:
+    """``model`` (stripped) if this server offers it; else ValueError naming PAGED_LAB_MODELS.
+    Only compares strings: nothing is resolved, read or downloaded."""
+    if not isinstance(model, str):
+        raise ValueError(f"model must be a string, got {type(model).__name__}")
+    name = model.strip() or DEFAULT_MODEL
+    allowed = allowed_models()
+    if allowed is None or name in allowed:
+        return name
+    shown = name if len(name) <= 80 else name[:77] + "..."
+    raise ModelNotOffered(f"model {shown!r} is not offered on this server: choose one of "
+                          f"{', '.join(allowed)}. The server's operator lists the models "
+                          "sessions may use in PAGED_LAB_MODELS.")
+
+
+def _mib(n: float) -> str:
+    v = n / MiB
+    return f"{v:,.0f}" if v >= 10 else f"{v:.2g}"
+
+
+def kv_cache_bytes(spec, dtype_bytes: int, block_size: int, num_blocks: int) -> int:
+    """K and V of every layer for ``num_blocks`` blocks: what the engine's KV tensors take."""
+    return (2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * dtype_bytes
+            * block_size * num_blocks)
+
+
+@functools.lru_cache(maxsize=16)
+def _model_facts(path: str, stamp: tuple) -> tuple:
+    """(spec, checkpoint bytes) from config.json and the weights' headers; cached per file
+    version (``stamp``) since every Apply of every session asks again."""
+    from engine.models import loader
+    return loader.read_spec(Path(path)), loader.checkpoint_bytes(Path(path))
+
+
+def _stamp(path: Path) -> tuple:
+    return tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size)
+                 for f in sorted(path.iterdir()) if f.suffix in (".json", ".safetensors", ".bin"))
+
+
+def check_resources(config) -> None:
+    """Refuse (ValueError naming the setting) a checkpoint or a KV cache over this server's
+    limits. Call only for an allowed model: it resolves the model's folder and reads its
+    config.json and safetensors headers, never its weights, and allocates nothing."""
+    import torch
+
+    from engine.model_runner import DTYPES, resolve_device
+    from engine.models import loader
+
+    path = loader.resolve_model_path(config.model)
+    spec, weights = _model_facts(str(path), _stamp(path))
+    limit = max_checkpoint_bytes()
+    if weights > limit:
+        raise ValueError(f"model {config.model!r} has {_mib(weights)} MiB of weights: this "
+                         f"server loads checkpoints up to {_mib(limit)} MiB "
+                         "(PAGED_LAB_MAX_CHECKPOINT_MB)")
+    device = resolve_device(config.device)
+    dtype = DTYPES[config.dtype if config.dtype != "auto" else
+                   ("bfloat16" if device.startswith("cuda") else "float32")]
+    dtype_bytes = torch.empty((), dtype=dtype).element_size()
+    blocks = config.num_gpu_blocks + config.num_cpu_blocks
+    need = kv_cache_bytes(spec, dtype_bytes, config.block_size, blocks)
+    limit = max_kv_bytes()
+    if need > limit:
+        per_slot = kv_cache_bytes(spec, dtype_bytes, 1, 1)
+        raise ValueError(f"this KV cache would take {need / MiB:,.1f} MiB (block size "
+                         f"{config.block_size} x {blocks} blocks x {per_slot:,} bytes per token "
+                         f"slot): a session may allocate at most {_mib(limit)} MiB "
+                         "(PAGED_LAB_MAX_KV_MB). Lower the block size or the pool sizes.")
+
+
+# ---- what the page may show ----------------------------------------------------------------
+_SERVER_PATH = re.compile(r"(?<![\w:/.~-])~?/[^\s'\"`,;()\[\]{}<>]+")
+
+
+def public_message(text: str) -> str:
+    """``text`` without the server's file paths (each becomes its last part), except the
+    models the operator offers, which the Model field shows anyway. With ``*`` (one user on
+    their own machine) the text is shown as it is."""
+    allowed = allowed_models()
+    if allowed is None:
+        return text
+    allowed = set(allowed)
+
+    def short(m: re.Match) -> str:
+        path = m.group(0).rstrip(".:")               # a sentence's full stop is not the path's
+        rest = m.group(0)[len(path):]
+        if path in allowed or path.rstrip("/") in allowed:
+            return path + rest
+        return "…/" + path.rstrip("/").rsplit("/", 1)[-1] + rest
+    return _SERVER_PATH.sub(short, text)
