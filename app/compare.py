@@ -12,6 +12,7 @@ import pandas as pd
 
 from engine import Engine, StepSnapshot
 
+from app.hosting import public_message
 from app.scenarios import Settings
 
 SEMANTICS = ("v0", "v1")
@@ -33,8 +34,8 @@ class Comparison:
                                  settings.preemption_mode)
             try:
                 cmp.engines[sem] = build_engine(s)
-            except ValueError as exc:
-                cmp.engines[sem], cmp.errors[sem] = None, str(exc)
+            except ValueError as exc:      # shown on the page: no server paths
+                cmp.engines[sem], cmp.errors[sem] = None, public_message(str(exc))
         return cmp
 
     def live(self) -> dict[str, Engine]:
