@@ -1,8 +1,162 @@
-"""Watch a KV cache event stream (a vLLM server's, or this engine's publisher)."""
+"""The "Watch vLLM" tab: a live view of a KV cache event stream -- a vLLM server's
+(``--kv-events-config``) or this engine's publisher (``EngineConfig.kv_events_endpoint``).
+
+One subscriber per browser session lives in st.session_state; every run of the live fragment
+drains it briefly and feeds a PrefixCacheView, which the figures draw (app/figures/prefix_tree.py,
+app/figures/kv_event_charts.py). Nothing here talks to the page's own engine.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import streamlit as st
 
+from app.figures.kv_event_charts import cached_blocks_figure, event_rate_figure
+from app.figures.prefix_tree import prefix_tree_figure
+from engine.kv_events import KVEventSubscriber, PrefixCacheView
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
+REFRESH_S = 1.0
+DRAIN_TIMEOUT_S = 0.05                 # how long one run waits for the first new batch
+STATE, ERROR = "kv_watch", "kv_watch_error"
+CHART = {"displayModeBar": False, "displaylogo": False}
+
+HELP = """\
+Start vLLM with prefix caching and KV cache events on, publishing over ZeroMQ:
+
+```bash
+vllm serve MODEL --enable-prefix-caching \\
+  --kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
+                       "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558",
+                       "topic": "kv-events"}'
+```
+
+Then enter **tcp://HOST:5557** here (the server binds `*`; you connect to its address), the
+same **topic** (empty = every topic), and, optionally, the **replay endpoint**
+`tcp://HOST:5558`: with it, batches missed in transit -- and the history the server still
+buffers when you connect -- are fetched again, so the tree below is complete.
+
+**Data parallelism:** each of *N* ranks publishes on its own port, the base port + rank
+(5557, 5558, … and the replay ports likewise, so give the replay endpoint a port range that
+does not overlap, e.g. 6557). Set *data-parallel ranks* to *N* to watch all of them.
+
+**This engine:** `EngineConfig(kv_events_endpoint="tcp://*:5557")` publishes the same format.
+A publisher given a *connect* address (`tcp://127.0.0.1:5557`) pushes to a listener instead:
+tick *listen* here for that.
+"""
+
+
+@dataclass
+class Watch:
+    """What one session watches: its subscriber and the cache rebuilt from what it received."""
+    subscriber: KVEventSubscriber
+    view: PrefixCacheView = field(default_factory=PrefixCacheView)
+
+    def poll(self, timeout_s: float = DRAIN_TIMEOUT_S) -> int:
+        batches = self.subscriber.receive(timeout_s)
+        self.view.apply_all(batches)
+        return len(batches)
+
+
+def _disconnect() -> None:
+    w = st.session_state.pop(STATE, None)
+    if w is not None:
+        w.subscriber.close()
+
+
+def _connect() -> None:
+    ss = st.session_state
+    _disconnect()
+    ss[ERROR] = None
+    try:
+        sub = KVEventSubscriber(ss.get("w_kv_endpoint", DEFAULT_ENDPOINT),
+                                topic=ss.get("w_kv_topic", ""),
+                                replay_endpoint=ss.get("w_kv_replay") or None,
+                                bind=bool(ss.get("w_kv_bind", False)),
+                                data_parallel_size=int(ss.get("w_kv_ranks", 1)))
+    except ValueError as e:
+        ss[ERROR] = f"Cannot watch: {e}"
+    except Exception as e:              # a socket problem we did not foresee: say it, no trace
+        ss[ERROR] = f"Cannot watch ({type(e).__name__}): {e}"
+    else:
+        ss[STATE] = Watch(sub)
+
+
+def _status(w: Watch) -> str:
+    sub, view = w.subscriber, w.view
+    mode = "listening on" if sub.bind else "connected to"
+    last = ", ".join(f"rank {r}: seq {s}" for r, s in sorted(sub.last_seqs().items())) or "none yet"
+    parts = [f"{mode} `{sub.endpoint}`", f"topic `{sub.topic or '(all)'}`",
+             f"replay `{sub.replay_endpoint}`" if sub.replay_endpoint else "no replay endpoint",
+             f"last batch {last}"]
+    late = {r: s for r, s in sub.joined_at().items() if s > 0}
+    if late:
+        parts.append("joined late (history before " + ", ".join(
+            f"rank {r} seq {s}" for r, s in sorted(late.items())) + " not shown)")
+    if sub.recovered:
+        parts.append(f"{sub.recovered} batches fetched by replay")
+    if view.unknown_removed:
+        parts.append(f"{view.unknown_removed} removals of blocks stored before watching")
+    return " · ".join(parts)
+
+
+def live_view() -> None:
+    """Drain the subscriber and draw; runs as a fragment (alone, on its timer or Refresh)."""
+    w: Watch | None = st.session_state.get(STATE)
+    if w is None:
+        st.info("Not watching: enter an endpoint above and press **Connect**.")
+        return
+    st.button("↻ Refresh", key="kv_refresh_btn", help="take what arrived since the last look")
+    w.poll()
+    sub, view = w.subscriber, w.view
+    cols = st.columns(6)
+    cols[0].metric("cached blocks", len(view.blocks))
+    cols[1].metric("batches", view.batches)
+    cols[2].metric("blocks stored", view.stored_total)
+    cols[3].metric("blocks removed", view.removed_total)
+    cols[4].metric("malformed messages", sub.malformed_count,
+                   help="messages that were not KV event batches: counted and skipped")
+    cols[5].metric("lost batches", sub.lost,
+                   help="sequence numbers that never arrived and replay could not fill")
+    st.caption(_status(w))
+    if sub.gaps:
+        st.warning("Missing batches: " + "; ".join(
+            f"rank {g.rank} seq {g.first}–{g.last} ({g.reason})" for g in sub.gaps[-5:]))
+    if sub.malformed_count:
+        with st.expander(f"{sub.malformed_count} malformed messages (latest reasons)"):
+            st.code("\n".join(list(sub.malformed)[-10:]), language=None)
+    st.plotly_chart(prefix_tree_figure(view.blocks.values()), key="fig_kv_tree", config=CHART)
+    series = view.series_frame()
+    left, right = st.columns(2)
+    left.plotly_chart(event_rate_figure(series), key="fig_kv_rate", config=CHART)
+    right.plotly_chart(cached_blocks_figure(series), key="fig_kv_cached", config=CHART)
+    st.markdown("**Latest events** (newest first)")
+    st.dataframe(view.events_frame(50), hide_index=True, key="kv_events_table")
+
 
 def watch_tab() -> None:
-    st.info("Watching a vLLM server's KV cache events is being built.")
+    st.markdown("Watch the prefix cache of a **vLLM server** live, from the KV cache events it "
+                "publishes over ZeroMQ (or this engine's publisher: same format).")
+    with st.expander("How to point this at a vLLM deployment"):
+        st.markdown(HELP)
+    c = st.columns([3, 1.3, 3, 1, 1])
+    c[0].text_input("Endpoint (the server's PUB socket)", value=DEFAULT_ENDPOINT,
+                    key="w_kv_endpoint")
+    c[1].text_input("Topic", value="", key="w_kv_topic", help="empty: every topic")
+    c[2].text_input("Replay endpoint (optional)", value="", key="w_kv_replay",
+                    placeholder="tcp://127.0.0.1:5558",
+                    help="the server's replay_endpoint: refetches missed batches")
+    c[3].number_input("Data-parallel ranks", min_value=1, max_value=64, value=1, step=1,
+                      key="w_kv_ranks", help="vLLM publishes rank r on the base port + r")
+    c[4].checkbox("Listen", value=False, key="w_kv_bind",
+                  help="bind the endpoint instead of connecting (for a publisher that connects)")
+    watching = st.session_state.get(STATE) is not None
+    b = st.columns([1, 1, 2, 4])
+    b[0].button("Connect" if not watching else "Reconnect", type="primary", key="kv_connect_btn",
+                on_click=_connect)
+    b[1].button("Disconnect", key="kv_disconnect_btn", on_click=_disconnect, disabled=not watching)
+    auto = b[2].toggle("Auto-refresh", value=True, key="w_kv_auto",
+                       help=f"redraw every {REFRESH_S:g} s")
+    if st.session_state.get(ERROR):
+        st.error(st.session_state[ERROR])
+    st.fragment(live_view, run_every=REFRESH_S if auto and watching else None)()

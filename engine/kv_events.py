@@ -152,8 +152,8 @@ def decode_batch(payload: bytes) -> KVEventBatch:
 
 # ---- endpoints ---------------------------------------------------------------------------
 
-_TCP = re.compile(r"tcp://(?P<host>\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+|[0-9A-Fa-f:]*::[0-9A-Fa-f:]*)"
-                  r":(?P<port>[0-9]+)")
+_TCP = re.compile(r"tcp://(?P<host>\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+"   # *, [v6], name
+                  r"|[0-9A-Fa-f:]*::[0-9A-Fa-f:]*):(?P<port>[0-9]+)")
 EXAMPLE = "tcp://127.0.0.1:5557"
 
 
@@ -218,6 +218,8 @@ def hash_hex(h: ExternalBlockHash | None) -> str:
 
 END_SEQ = -1                           # the replay's end marker
 REPLAY_TIMEOUT_S = 2.0
+MAX_REPLAY_ROUNDS = 20                 # asks again from the first hole of a partial answer
+MAX_GAPS = 1000
 
 
 @dataclass(frozen=True)
@@ -251,9 +253,14 @@ class _RankStream:
     def __init__(self, rank: int):
         self.rank = rank
         self.last_seq = -1             # the last sequence number handed out (-1: none yet)
+        self.last_live = -1            # the last one that came on the live socket
+        self.restarted = False         # mark the next batch handed out as a restart
         self.joined_at: int | None = None
         self.replaying = False
+        self.replay_from = 0
+        self.replay_rounds = 0
         self.replay_deadline = 0.0
+        self.quiet_since = time.monotonic()   # the last time this rank sent or was asked
         self.replayed: dict[int, KVEventBatch | None] = {}   # None: seen but malformed
         self.held: list[tuple[int, KVEventBatch]] = []       # live batches during a replay
 
@@ -268,14 +275,19 @@ class KVEventSubscriber:
     With ``replay_endpoint`` (the server's ROUTER socket), a gap in the sequence numbers is
     filled from the server's replay buffer, and with ``catch_up`` the buffered history from
     seq 0 is fetched on connect -- which also makes the ZeroMQ slow-joiner problem (a PUB drops
-    what it sends before a subscription arrives) harmless. What cannot be recovered is listed
-    in ``gaps``. Malformed messages are counted (``malformed_count``, reasons in ``malformed``)
-    and skipped; ``receive`` never raises for what arrives on the wire.
+    what it sends before a subscription arrives) harmless. A PUB's last messages can vanish the
+    same way with nothing after them to reveal the gap, so when a rank has been quiet for
+    ``probe_idle_s`` the subscriber asks the replay socket for anything after the last sequence
+    number it has (an idle server answers with just the end marker). A long answer can lose
+    messages (vLLM's ROUTER keeps ZeroMQ's default limit of 1000 queued), so an answer with
+    holes is asked for again from its first hole. What cannot be recovered is in ``gaps``.
+    Malformed messages are counted (``malformed_count``, reasons in ``malformed``) and skipped;
+    ``receive`` never raises for what arrives on the wire.
     """
 
     def __init__(self, endpoint: str, topic: str = "", replay_endpoint: str | None = None, *,
                  bind: bool = False, data_parallel_size: int = 1, catch_up: bool = True,
-                 replay_timeout_s: float = REPLAY_TIMEOUT_S):
+                 replay_timeout_s: float = REPLAY_TIMEOUT_S, probe_idle_s: float | None = 1.0):
         import zmq
         self._zmq = zmq
         endpoint = check_endpoint(endpoint, "endpoint", bind=bind)
@@ -289,11 +301,15 @@ class KVEventSubscriber:
             raise ValueError(f"data_parallel_size must be an integer 1-64, "
                              f"got {data_parallel_size!r}")
         self.endpoint, self.topic, self.replay_endpoint = endpoint, topic, replay_endpoint
+        self.bind = bind
         self.data_parallel_size = data_parallel_size
-        self.replay_timeout_s = replay_timeout_s
+        self.replay_timeout_s, self.probe_idle_s = replay_timeout_s, probe_idle_s
+        self.recovered = 0             # batches that came from the replay socket
         self.received = 0              # batches handed out
         self.restarts = 0
-        self.gaps: list[Gap] = []
+        self.duplicates = 0            # live batches already handed out from a replay
+        self.gaps: list[Gap] = []      # the latest MAX_GAPS unrecoverable gaps
+        self.lost = 0                  # batches in all of them
         self.malformed_count = 0
         self.malformed: deque[str] = deque(maxlen=100)
         self._lock = threading.Lock()
@@ -316,7 +332,11 @@ class KVEventSubscriber:
                         self._request_replay(self._streams[r], 0)
         except zmq.ZMQError as e:
             self.close()
-            raise ValueError(f"cannot {'bind' if bind else 'connect to'} {endpoint!r}: {e}") from None
+            how = "bind" if bind else "connect to"
+            raise ValueError(f"cannot {how} {endpoint!r}: {e}") from None
+        except ValueError:                   # an endpoint with no per-rank form
+            self.close()
+            raise
         self._finalizer = weakref.finalize(self, _close_all, self._sockets)
 
     # ---- sockets -----------------------------------------------------------------------
@@ -338,15 +358,30 @@ class KVEventSubscriber:
             self._sockets.remove(old)
         ep = offset_endpoint_port(self.replay_endpoint, rank)
         s = self._socket(self._zmq.DEALER, ep)
+        s.setsockopt(self._zmq.RCVHWM, 0)      # take a long replay answer as fast as it comes
         s.connect(ep)
         self._poller.register(s, self._zmq.POLLIN)
         self._replay_sockets[rank] = s
 
-    def _request_replay(self, stream: _RankStream, start: int) -> None:
+    def _request_replay(self, stream: _RankStream, start: int, again: bool = False) -> None:
+        """Ask for every buffered batch from ``start``; ``again`` keeps what the previous
+        round of the same replay brought."""
         self._replay_sockets[stream.rank].send_multipart([b"", start.to_bytes(8, "big")])
         stream.replaying = True
-        stream.replay_deadline = time.monotonic() + self.replay_timeout_s
-        stream.replayed = {}
+        stream.quiet_since = time.monotonic()
+        stream.replay_deadline = stream.quiet_since + self.replay_timeout_s
+        if not again:
+            stream.replayed, stream.replay_from, stream.replay_rounds = {}, start, 0
+        stream.replay_rounds += 1
+
+    @staticmethod
+    def _first_hole(stream: _RankStream) -> int | None:
+        """The first sequence number missing between the first and last ones replayed."""
+        if not stream.replayed:
+            return None
+        seqs = stream.replayed
+        lo = max(stream.replay_from, stream.last_seq + 1, min(seqs))
+        return next((s for s in range(lo, max(seqs)) if s not in seqs), None)
 
     def close(self) -> None:
         _close_all(self._sockets)
@@ -374,10 +409,16 @@ class KVEventSubscriber:
                     if s in ready:
                         out += self._drain_replay(self._streams[rank], s)
                 out += self._expire_replays()
+                self._probe_quiet_ranks()
                 if not ready and (out or time.monotonic() >= deadline):
                     break
             self.received += len(out)
             return out
+
+    def _gap(self, gap: Gap) -> None:
+        self.lost += gap.size
+        self.gaps.append(gap)
+        del self.gaps[:-MAX_GAPS]
 
     def _bad(self, reason: str) -> None:
         self.malformed_count += 1
@@ -409,6 +450,12 @@ class KVEventSubscriber:
             stream = self._streams.get(rank)
             if stream is None:
                 stream = self._streams[rank] = _RankStream(rank)
+            if seq <= stream.last_live and not stream.replaying:
+                # a live stream only counts up: this is a new publisher (a restarted server)
+                self.restarts += 1
+                stream.last_seq = stream.last_live = -1
+                stream.joined_at, stream.restarted = None, True
+            stream.last_live = max(stream.last_live, seq)
             out += self._on_live(stream, seq, batch)
         return out
 
@@ -417,18 +464,22 @@ class KVEventSubscriber:
             stream.held.append((seq, batch))
             return []
         if stream.last_seq < 0:                          # the first batch of this stream
+            if seq > 0 and stream.rank in self._replay_sockets:
+                stream.held.append((seq, batch))         # fetch what came before it, if kept
+                self._request_replay(stream, 0)
+                return []
             stream.joined_at = seq
             return [self._deliver(stream, seq, batch, "live")]
         if seq == stream.last_seq + 1:
             return [self._deliver(stream, seq, batch, "live")]
-        if seq <= stream.last_seq:                       # numbering went back: a new publisher
-            self.restarts += 1
-            return [self._deliver(stream, seq, batch, "live", restart=True)]
+        if seq <= stream.last_seq:                       # a replay already handed it out
+            self.duplicates += 1
+            return []
         if stream.rank in self._replay_sockets:          # a gap: fill it from the replay buffer
             stream.held.append((seq, batch))
             self._request_replay(stream, stream.last_seq + 1)
             return []
-        self.gaps.append(Gap(stream.rank, stream.last_seq + 1, seq - 1, "no replay endpoint"))
+        self._gap(Gap(stream.rank, stream.last_seq + 1, seq - 1, "no replay endpoint"))
         return [self._deliver(stream, seq, batch, "live")]
 
     def _drain_replay(self, stream: _RankStream, sock) -> list[ReceivedBatch]:
@@ -450,7 +501,11 @@ class KVEventSubscriber:
             seq = int.from_bytes(seq_bytes, "big", signed=True)
             if seq == END_SEQ or not payload:
                 if stream.replaying:
-                    out += self._finish_replay(stream, "not in the publisher's replay buffer")
+                    hole = self._first_hole(stream)
+                    if hole is not None and stream.replay_rounds < MAX_REPLAY_ROUNDS:
+                        self._request_replay(stream, hole, again=True)
+                    else:
+                        out += self._finish_replay(stream, "not in the publisher's replay buffer")
                 continue
             if not stream.replaying:
                 continue                                 # an answer nobody waits for
@@ -459,6 +514,15 @@ class KVEventSubscriber:
             except ValueError as e:
                 self._bad(f"replayed batch {seq}: {e}")
                 stream.replayed[seq] = None
+
+    def _probe_quiet_ranks(self) -> None:
+        if self.probe_idle_s is None:
+            return
+        now = time.monotonic()
+        for rank in self._replay_sockets:
+            stream = self._streams[rank]
+            if not stream.replaying and now - stream.quiet_since > self.probe_idle_s:
+                self._request_replay(stream, stream.last_seq + 1)
 
     def _expire_replays(self) -> list[ReceivedBatch]:
         out = []
@@ -483,17 +547,19 @@ class KVEventSubscriber:
                 if stream.last_seq < 0:
                     stream.joined_at = seq
                 elif seq > stream.last_seq + 1:
-                    self.gaps.append(Gap(stream.rank, stream.last_seq + 1, seq - 1,
-                                         missing_reason))
+                    self._gap(Gap(stream.rank, stream.last_seq + 1, seq - 1, missing_reason))
                 if batch is None:                        # malformed (already counted)
                     stream.last_seq = seq
                     continue
                 out.append(self._deliver(stream, seq, batch, source))
         return out
 
-    def _deliver(self, stream: _RankStream, seq: int, batch: KVEventBatch, source: str,
-                 restart: bool = False) -> ReceivedBatch:
+    def _deliver(self, stream: _RankStream, seq: int, batch: KVEventBatch,
+                 source: str) -> ReceivedBatch:
+        restart, stream.restarted = stream.restarted, False
         stream.last_seq = seq
+        stream.quiet_since = time.monotonic()
+        self.recovered += source == "replay"
         return ReceivedBatch(seq, batch.ts, tuple(batch.events),
                              stream.rank if batch.data_parallel_rank is None
                              else batch.data_parallel_rank, source, restart)
@@ -556,6 +622,7 @@ class PrefixCacheView:
 
     def __init__(self, max_points: int = 20_000, max_log: int = 500, max_removed: int = 1000):
         self.blocks: dict[tuple, CachedBlock] = {}
+        self.cached_per_rank: Counter = Counter()
         self.store_counts: Counter = Counter()
         self.removed: deque[CachedBlock] = deque(maxlen=max_removed)
         self.series: deque[dict] = deque(maxlen=max_points)
@@ -586,7 +653,7 @@ class PrefixCacheView:
         self.batches += 1
         self.series.append({"seq": batch.seq, "ts": batch.ts, "rank": rank, "stored": stored,
                             "removed": removed, "cleared": cleared,
-                            "cached": len(self.blocks)})
+                            "cached": self.cached_per_rank[rank]})
 
     def _store(self, e: BlockStored, batch: ReceivedBatch) -> int:
         group = e.group_idx or 0
@@ -595,6 +662,7 @@ class PrefixCacheView:
         for h, toks in zip(e.block_hashes, tokens):
             key = (batch.data_parallel_rank, group, e.medium, h)
             self.store_counts[key] += 1
+            self.cached_per_rank[key[0]] += key not in self.blocks
             self.blocks[key] = CachedBlock(h, parent, toks, e.block_size, batch.data_parallel_rank,
                                            e.medium, group, batch.seq, batch.ts,
                                            self.store_counts[key])
@@ -612,6 +680,7 @@ class PrefixCacheView:
                 self.unknown_removed += 1
             else:
                 self.removed.append(block)
+                self.cached_per_rank[block.rank] -= 1
         self.removed_total += len(e.block_hashes)
         self._log(batch, "BlockRemoved", len(e.block_hashes),
                   e.block_hashes[0] if e.block_hashes else None, None, None, e.medium)
@@ -620,18 +689,20 @@ class PrefixCacheView:
     def _clear(self, rank: int) -> None:
         for key in [k for k in self.blocks if k[0] == rank]:
             del self.blocks[key]
+        self.cached_per_rank[rank] = 0
 
     def _log(self, batch, kind, n, first, parent, tokens, medium) -> None:
+        shown = " ".join(map(str, tokens[:16])) + (" …" if len(tokens) > 16 else "") if tokens \
+            else ""
         self.log.append({"seq": batch.seq, "ts": batch.ts, "rank": batch.data_parallel_rank,
                          "event": kind, "blocks": n, "first hash": hash_hex(first)[:12],
-                         "parent": hash_hex(parent)[:12],
-                         "tokens": (" ".join(map(str, tokens[:16])) + (" …" if len(tokens) > 16
-                                                                         else "")) if tokens else "",
+                         "parent": hash_hex(parent)[:12], "tokens": shown,
                          "medium": medium or "", "source": batch.source})
 
     # ---- tables ------------------------------------------------------------------------
     def series_frame(self):
-        """One row per batch: seq, time, rank, blocks stored / removed, clears, cached after."""
+        """One row per batch: seq, time, rank, blocks stored / removed, clears, and the rank's
+        cached blocks after it."""
         import pandas as pd
         frame = pd.DataFrame(list(self.series),
                              columns=["seq", "ts", "rank", "stored", "removed", "cleared",

@@ -1,0 +1,238 @@
+"""The "Watch vLLM" view, headless (streamlit.testing.v1.AppTest): pointed at this engine's KV
+event publisher over ZeroMQ on 127.0.0.1, it shows exactly the blocks the engine cached; bad
+endpoints get a clear st.error, malformed messages are counted on the page, Disconnect closes.
+
+The engine publishes on tcp://*:PORT (it binds, as vLLM does) with a replay socket; the view
+connects to tcp://127.0.0.1:PORT and fetches the history through the replay socket, so it does
+not matter that the engine ran before the view's subscription arrived.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import time
+
+import numpy as np
+import pytest
+import zmq
+from streamlit.testing.v1 import AppTest
+
+from app.figures.kv_event_charts import binned, cached_blocks_figure, event_rate_figure
+from app.figures.prefix_tree import keep_newest, prefix_tree_figure, tree_layout
+from engine import Engine, EngineConfig, SamplingParams
+from engine.kv_events import (BlockStored, CachedBlock, KVEventBatch, PrefixCacheView,
+                              ReceivedBatch, encode_batch)
+
+from .conftest import MODEL, ROOT, needs_model
+
+DEADLINE_S = 10.0
+
+
+def watch_page():
+    from app.watch_view import watch_tab
+    watch_tab()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def page():
+    at = AppTest.from_function(watch_page, default_timeout=30)
+    at.run()
+    assert not at.exception
+    yield at
+    watch = at.session_state["kv_watch"] if "kv_watch" in at.session_state else None
+    if watch is not None:
+        watch.subscriber.close()
+
+
+def connect(at, endpoint: str, replay: str = "") -> None:
+    at.text_input(key="w_kv_endpoint").input(endpoint)
+    at.text_input(key="w_kv_replay").input(replay)
+    at.button(key="kv_connect_btn").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def rerun_until(at, done, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not done(at):
+        assert time.monotonic() < deadline, (f"timed out waiting for {what}: "
+                                             f"{[(m.label, m.value) for m in at.metric]}")
+        at.run()
+        assert not at.exception, at.exception
+
+
+def chart(at, key: str) -> dict:
+    for el in at.get("plotly_chart"):
+        if el.proto.id.endswith(key):
+            return json.loads(el.proto.spec)
+    raise AssertionError(f"no chart {key}")
+
+
+def values(array) -> list:
+    """A figure's data array: a list, or plotly's typed array {"dtype", "bdata"}."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+@pytest.fixture
+def engine():
+    port, replay = free_port(), free_port()
+    eng = Engine.length_only(EngineConfig(
+        block_size=4, num_gpu_blocks=24, enable_prefix_caching=True, seed=0,
+        kv_events_endpoint=f"tcp://*:{port}", kv_events_replay_endpoint=f"tcp://*:{replay}"),
+        max_model_len=256)
+    yield eng, f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay}"
+    eng.close()
+
+
+def test_the_view_shows_the_blocks_the_engine_cached(page, engine):
+    eng, endpoint, replay = engine
+    common = list(range(1, 13))                       # 3 shared blocks, then a branch each
+    for i in range(3):
+        eng.add_request(common + [30 + i] * 5, SamplingParams(max_tokens=4, ignore_eos=True))
+    n_cached = 0
+    while eng.has_unfinished_requests():
+        n_cached += sum(e.kind == "cached" for e in eng.step().events)
+    pub = eng.publishers[0]
+    assert pub.flush()
+    cached = {h: tuple(eng.bm.gpu.tokens[b]) for h, b in eng.bm.gpu.cached.items()}
+
+    connect(page, endpoint, replay)
+    rerun_until(page, lambda at: metric(at, "batches") == str(pub.published), "every batch")
+    assert metric(page, "cached blocks") == str(len(cached))
+    assert metric(page, "malformed messages") == "0" and metric(page, "lost batches") == "0"
+    assert metric(page, "blocks stored") == str(n_cached)
+
+    tree = chart(page, "fig_kv_tree")
+    nodes = [t for t in tree["data"] if t.get("mode") == "markers"]
+    shown = {h: text for t in nodes for h, text in zip(t["customdata"], t["hovertext"])}
+    assert set(shown) == set(cached)                  # every cached block, nothing else
+    for h, tokens in cached.items():                  # token ids on hover
+        assert "tokens: " + " ".join(map(str, tokens)) in shown[h]
+    roots = [h for h, b in eng.bm.gpu.cached.items() if eng.bm.gpu.parent_hash[b] == ""]
+    assert len(roots) == 1 and "parent none (a first block)" in shown[roots[0]]
+    # the shared first block: every other cached block extends its prefix
+    assert f"{len(cached) - 1} cached blocks extend this prefix" in shown[roots[0]]
+
+    table = page.dataframe[0].value
+    assert set(table["event"]) <= {"BlockStored", "BlockRemoved"} and len(table) > 0
+    assert values(chart(page, "fig_kv_cached")["data"][0]["y"])[-1] == len(cached)
+
+    # a cache reset reaches the page as AllBlocksCleared: the tree empties
+    assert eng.reset_prefix_cache() and pub.flush()
+    rerun_until(page, lambda at: metric(at, "cached blocks") == "0", "the reset")
+    assert "AllBlocksCleared" in set(page.dataframe[0].value["event"])
+
+
+def test_a_bad_endpoint_is_a_clear_error_not_a_traceback(page):
+    for text, words in [("localhost:5557", "must start with tcp://"),
+                        ("tcp://*:5557", "wildcard host"),
+                        ("tcp://127.0.0.1:99999", "port 99999"),
+                        ("", "is empty")]:
+        page.text_input(key="w_kv_endpoint").input(text)
+        page.button(key="kv_connect_btn").click().run()
+        assert not page.exception
+        assert len(page.error) == 1 and words in page.error[0].value, page.error
+        assert "kv_watch" not in page.session_state
+    page.text_input(key="w_kv_endpoint").input("tcp://127.0.0.1:5557")
+    page.text_input(key="w_kv_replay").input("tcp://127.0.0.1")
+    page.button(key="kv_connect_btn").click().run()
+    assert "replay endpoint" in page.error[0].value
+
+
+def test_malformed_messages_are_counted_on_the_page_and_disconnect_closes(page):
+    xpub = zmq.Context.instance().socket(zmq.XPUB)    # says when the view has subscribed
+    xpub.setsockopt(zmq.LINGER, 0)
+    xpub.bind("tcp://127.0.0.1:0")
+    try:
+        connect(page, xpub.getsockopt_string(zmq.LAST_ENDPOINT))
+        assert xpub.poll(int(DEADLINE_S * 1000)) and xpub.recv() == b"\x01"
+        xpub.send_multipart([b"", (0).to_bytes(8, "big"), b"\xc1garbage"])
+        good = KVEventBatch(time.time(), [BlockStored([b"k" * 32], None, [5, 6, 7, 8], 4, None,
+                                                      "GPU", None)], 0)
+        xpub.send_multipart([b"", (1).to_bytes(8, "big"), encode_batch(good)])
+        rerun_until(page, lambda at: metric(at, "batches") == "1", "the good batch")
+        assert metric(page, "malformed messages") == "1"
+        assert metric(page, "cached blocks") == "1"
+        assert any("malformed" in e.label for e in page.expander)
+        sub = page.session_state["kv_watch"].subscriber
+        page.button(key="kv_disconnect_btn").click().run()
+        assert sub.closed and "kv_watch" not in page.session_state
+        assert any("Not watching" in i.value for i in page.info)
+    finally:
+        xpub.close()
+
+
+@needs_model
+def test_the_pages_watch_tab_watches_an_engine(monkeypatch, engine):
+    eng, endpoint, replay = engine
+    eng.add_request(list(range(1, 14)), SamplingParams(max_tokens=3, ignore_eos=True))
+    while eng.has_unfinished_requests():
+        eng.step()
+    assert eng.publishers[0].flush()
+    monkeypatch.setenv("PAGED_LAB_MODEL", MODEL)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=180)
+    at.run()
+    at.session_state["w_tab"] = "Watch vLLM"
+    at.run()
+    assert not at.exception, at.exception
+    try:
+        connect(at, endpoint, replay)
+        n = len(eng.bm.gpu.cached)
+        rerun_until(at, lambda a: metric(a, "cached blocks") == str(n), f"{n} cached blocks")
+        nodes = [t for t in chart(at, "fig_kv_tree")["data"] if t.get("mode") == "markers"]
+        assert {h for t in nodes for h in t["customdata"]} == set(eng.bm.gpu.cached)
+    finally:
+        at.session_state["kv_watch"].subscriber.close()
+
+
+def block(h: bytes, parent: bytes | None, seq: int) -> CachedBlock:
+    return CachedBlock(h, parent, (1, 2), 2, 0, "GPU", 0, seq, float(seq), 1)
+
+
+def test_the_tree_builders_lay_out_prefixes_and_survive_a_corrupt_stream():
+    blocks = [block(b"r", None, 0), block(b"c", b"r", 1), block(b"d", b"r", 2),
+              block(b"e", b"c", 3), block(b"o", b"gone", 4),      # parent evicted
+              block(b"A", b"B", 5), block(b"B", b"A", 6)]         # a loop of parent hashes
+    layout = tree_layout(blocks)
+    assert len(layout) == len(blocks)
+    depth = {k[3]: v[0] for k, v in layout.items()}
+    below = {k[3]: v[2] for k, v in layout.items()}
+    assert (depth[b"r"], depth[b"c"], depth[b"e"], depth[b"o"]) == (0, 1, 2, 0)
+    assert below[b"r"] == 3 and below[b"c"] == 1
+    assert layout[blocks[1].key][1] < layout[blocks[0].key][1] < layout[blocks[2].key][1]
+    fig = prefix_tree_figure(blocks)
+    orphans = next(t for t in fig.data if t.name.startswith("parent not cached"))
+    assert list(orphans.customdata) == [b"o".hex()]
+    # newest first, each with its ancestors; chains that no longer fit are skipped
+    newest = keep_newest(blocks, 4)
+    assert {b.block_hash for b in newest} == {b"B", b"A", b"o", b"r"}
+    assert "newest 4 of 7" in prefix_tree_figure(blocks, max_blocks=4).layout.title.text
+    assert "no cached blocks" in prefix_tree_figure([]).layout.annotations[0].text
+
+
+def test_the_event_charts_bin_a_long_stream():
+    view = PrefixCacheView()
+    for i in range(500):
+        stored = BlockStored([i.to_bytes(32, "big")], None, [1, 2], 2, None, "GPU", None)
+        view.apply(ReceivedBatch(i, 1000.0 + i, (stored,), 0))
+    frame = view.series_frame()
+    bins = binned(frame, max_bins=50)
+    assert len(bins) <= 51 and bins["stored"].sum() == 500
+    assert len(binned(frame.head(10))) == 10          # few batches: one bar each
+    assert len(event_rate_figure(frame).data) == 2
+    assert cached_blocks_figure(frame).data[0].y[-1] == 500
+    assert "no KV event batches" in event_rate_figure(frame.head(0)).layout.annotations[0].text
