@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -88,7 +89,8 @@ def rendered_step(page) -> int:
 def wait_rendered(page, step: int, timeout_ms: float = 60_000) -> None:
     """Until the whole page (last element: the marker) and the pool figure show ``step``."""
     page.get_by_text(f"rendered step {step}", exact=True).wait_for(timeout=timeout_ms)
-    page.locator(".gtitle", has_text=f"Physical block pool — step {step}").first.wait_for(
+    # :visible: while Play reruns the view, the previous run's figure may linger hidden
+    page.locator(".gtitle:visible", has_text=f"Physical block pool — step {step}").first.wait_for(
         timeout=timeout_ms)
 
 
@@ -104,11 +106,19 @@ def select_scenario(page, label: str, timeout_ms: float = 60_000) -> None:
     wait_rendered(page, 0, timeout_ms)
 
 
+# the Step button's accessible name carries its keyboard shortcut ("Step Shortcut →")
+STEP_BUTTON = re.compile(r"^Step( Shortcut →)?$")
+
+
+def step_button(page):
+    return page.get_by_role("button", name=STEP_BUTTON)
+
+
 def click_step(page, timeout_ms: float = 60_000) -> float:
     """Click Step; seconds until the figures show the next step."""
     before = rendered_step(page)
     t0 = time.perf_counter()
-    page.get_by_role("button", name="Step", exact=True).click()
+    step_button(page).click()
     wait_rendered(page, before + 1, timeout_ms)
     return time.perf_counter() - t0
 
@@ -164,9 +174,55 @@ def screenshot_all(url: str, out: Path, playwright) -> list[Path]:
             click_step(page)
         snap_page(page, out / "mixed-swap.png")
         saved.append(out / "mixed-swap.png")
+        saved += screenshot_extras(ctx, url, out)
     finally:
         ctx.close()
     return saved
+
+
+def screenshot_extras(ctx, url: str, out: Path) -> list[Path]:
+    """A lesson at its copy-on-write checkpoint, and the Compare view (parallel sampling)."""
+    page = ctx.new_page()
+    open_lab(page, url)
+    sidebar = page.locator('section[data-testid="stSidebar"]')
+    sidebar.get_by_text("Lessons", exact=True).click()
+    page.get_by_role("button", name=re.compile("^Next: ")).wait_for(timeout=60_000)
+    sidebar.locator('[data-testid="stSelectbox"]').filter(
+        has=page.get_by_text("Lesson", exact=True)).click()
+    page.get_by_role("option", name="2 · Parallel sampling: sharing and copy-on-write").click()
+    for _ in range(2):
+        page.get_by_role("button", name=re.compile("^Next: ")).click()
+        page.get_by_text("checkpoint", exact=False).first.wait_for()
+        time.sleep(1.5)
+    page.get_by_text("Copy-on-write copies this step: 3").wait_for(timeout=60_000)
+    time.sleep(1.0)
+    snap_page(page, out / "lesson.png")
+    page.close()
+    page = ctx.new_page()
+    open_lab(page, url)
+    select_scenario(page, "Parallel sampling (n=4)")
+    page.get_by_role("tab", name="Compare").click()
+    for step in (1, 2):
+        page.get_by_role("button", name="Step both").click()
+        page.locator(".gtitle:visible", has_text=f"Physical block pool — step {step}").nth(1).wait_for()
+    time.sleep(1.5)
+    page.evaluate("document.querySelector('[data-testid=\"stMain\"]')?.scrollTo(0, 420)")
+    page.mouse.move(1275, 5)
+    time.sleep(0.8)
+    page.screenshot(path=str(out / "parallel-compare.png"))
+    page.close()
+    return [out / "lesson.png", out / "parallel-compare.png"]
+
+
+def main_extras(url: str, out: Path) -> None:
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        ctx = launch(p, SCREENSHOT_VIEWPORT)
+        try:
+            for path in screenshot_extras(ctx, url, out):
+                print("saved", path)
+        finally:
+            ctx.close()
 
 
 def main(argv=None) -> None:

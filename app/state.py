@@ -151,6 +151,8 @@ class Lab:
         except Exception as exc:
             self.error = _message(exc)
             return False
+        if self.engine is not None:
+            self.engine.close()          # stops a KV event publisher, if it has one
         self.settings, self.engine, self.released = settings, engine, False
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
         self.error = self.notice = None

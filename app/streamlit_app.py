@@ -38,6 +38,8 @@ from app.figures.waste import (block_size_sweep_figure, request_table, waste_fig
                                waste_headline)
 from app.narration import narrate  # noqa: E402
 from app.compare import compare_table  # noqa: E402
+from app.figures.slides import slides_html  # noqa: E402
+from app.lesson_view import lesson_panel, lesson_picker  # noqa: E402
 from app.scenarios import COMPARE_NOTES, DEFAULT_SCENARIO, SCENARIOS, Settings, preset  # noqa: E402
 from app import hosting  # noqa: E402
 from app.state import Lab, release_idle_labs, start_idle_sweeper, unexpected_message  # noqa: E402
@@ -45,10 +47,12 @@ from app.trace_io import load_trace, metrics_csv, trace_json  # noqa: E402
 
 log = logging.getLogger("app.page")
 
-PLAY_INTERVAL_S = 1.0
+PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0)      # Play: steps per second
 FIELDS = [f.name for f in fields(Settings) if f.name not in ("scenario", "semantics")]
 ENGINES = {"v0": "vLLM v0", "v1": "vLLM v1"}
-CHART = {"displayModeBar": False, "displaylogo": False}
+# the figure toolbar keeps one button: the camera, saving the figure as a PNG (for slides)
+CHART = {"displaylogo": False, "modeBarButtons": [["toImage"]],
+         "toImageButtonOptions": {"format": "png", "scale": 2}}
 TABS = ["Memory", "Text", "Events", "Tree", "Waste", "Compare", "Watch vLLM", "Export"]
 CSS = """<style>
 [data-testid="stMainBlockContainer"] {padding-top: 2.6rem; padding-bottom: 1rem;}
@@ -56,7 +60,34 @@ CSS = """<style>
 [data-testid="stMetricValue"] {font-size: 1.45rem;}
 [data-testid="stMetricLabel"] p {font-size: 0.95rem;}
 h3 {padding-top: 0.2rem;}
+/* keyboard focus is always visible (accessibility) */
+:focus-visible {outline: 3px solid #0072B2 !important; outline-offset: 2px;}
 </style>"""
+# projector layout: no sidebar, larger type, tighter spacing (1280x720)
+PROJECTOR_CSS = """<style>
+section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"] {display: none;}
+html, [data-testid="stMainBlockContainer"] {font-size: 19px;}
+[data-testid="stMainBlockContainer"] {padding: 1rem 1.2rem; max-width: 100%;}
+[data-testid="stMetricValue"] {font-size: 1.7rem;}
+[data-testid="stAlertContainer"] p {font-size: 1.15rem;}
+</style>"""
+# "r" resets (Streamlit reserves R for its own rerun, so button shortcuts cannot take it);
+# → / ← / space are the Step / Back / Play buttons' own shortcuts
+KEYS_JS = """<script>
+if (!window.__pagedLabKeys) {
+  window.__pagedLabKeys = true;
+  document.addEventListener("keydown", (e) => {
+    const t = e.target;
+    if (e.ctrlKey || e.metaKey || e.altKey || (e.key !== "r" && e.key !== "R")) return;
+    if (t && (t.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName))) return;
+    const reset = [...document.querySelectorAll("button")].find(
+      (b) => b.innerText.trim().startsWith("⟲ Reset"));
+    if (reset && !reset.disabled) {
+      e.preventDefault(); e.stopImmediatePropagation(); reset.click();
+    }
+  }, true);
+}
+</script>"""
 
 HOW_TO_READ = {
     "tables": "Each row is a live sequence; column *Lk* is its k-th logical block (tokens "
@@ -125,6 +156,13 @@ def guarded(callback):
 def _load_widgets(s: Settings) -> None:
     for name in FIELDS:
         st.session_state[f"w_{name}"] = getattr(s, name)
+
+
+def _show_settings(s: Settings) -> None:
+    """All sidebar widgets, scenario and engine included, show ``s`` (a lesson's settings)."""
+    st.session_state.w_scenario = s.scenario
+    st.session_state.w_semantics = s.semantics
+    _load_widgets(s)
 
 
 def get_lab() -> Lab:
@@ -243,6 +281,11 @@ def model_field(lab: Lab) -> bool:
 def sidebar(lab: Lab) -> None:
     with st.sidebar:
         st.title("PagedAttention Lab")
+        st.radio("Mode", ["Explore", "Lessons"], key="w_mode", horizontal=True,
+                 help="Lessons walk you through a scenario: Next steps the engine to the moment "
+                      "the text describes, then asks a question about what you see.")
+        if st.session_state.w_mode == "Lessons":
+            lesson_picker(lab, _show_settings)
         st.selectbox("Scenario", list(SCENARIOS), format_func=lambda k: SCENARIOS[k].label,
                      key="w_scenario", on_change=_on_scenario)
         st.caption(SCENARIOS[st.session_state.w_scenario].point)
@@ -339,16 +382,17 @@ def controls(lab: Lab) -> None:
     Run N steps inline to show its progress bar; Play re-arms the fragment's timer."""
     c = st.columns([1.1, 1, 0.9, 1.2, 1.2, 1, 1.3])
     c[0].button("⟲ Reset", width="stretch", disabled=lab.replaying, key="reset_btn",
-                on_click=_on_reset, help="rebuild the engine from the applied settings")
+                on_click=_on_reset, help="rebuild the engine from the applied settings (key: r)")
     c[1].button("Step", type="primary", width="stretch", disabled=lab.finished, key="step_btn",
-                on_click=_on_step)
+                on_click=_on_step, shortcut="Right", help="one engine step (key: →)")
     run_n = int(c[2].number_input("N", min_value=1, max_value=200, value=10, key="w_run_n",
                                   label_visibility="collapsed"))
     run = c[3].button(f"Run {run_n}", width="stretch", disabled=lab.finished, key="run_btn")
     play = c[4].button("⏸ Pause" if lab.playing else "▶ Play", width="stretch",
-                       disabled=lab.finished and not lab.playing, key="play_btn")
+                       disabled=lab.finished and not lab.playing, key="play_btn",
+                       shortcut="Space", help="step on its own at the Play speed (key: space)")
     c[5].button("◀ Back", width="stretch", disabled=lab.index() == 0, key="back_btn",
-                on_click=_on_back)
+                on_click=_on_back, shortcut="Left", help="one step back in the history (key: ←)")
     c[6].button("Latest ▶▶", width="stretch", key="latest_btn", on_click=_on_latest,
                 disabled=lab.index() >= len(lab.snapshots()) - 1)
     if run:
@@ -363,6 +407,27 @@ def controls(lab: Lab) -> None:
         lab.playing = not lab.playing
         lab.last_tick = 0.0
         st.rerun(scope="app")            # (re)arms or stops the auto-step timer
+
+
+def play_interval() -> float:
+    """Seconds between Play's steps, from the Play speed setting (steps per second)."""
+    return 1.0 / float(st.session_state.get("w_speed", 1.0))
+
+
+def _on_speed() -> None:
+    st.session_state.lab.last_tick = 0.0
+
+
+def presenter_row(lab: Lab) -> None:
+    a, b, c = st.columns([2.2, 1.2, 3], vertical_alignment="center")
+    st.session_state.setdefault("w_speed", 1.0)
+    a.select_slider("Play speed (steps per second)", options=PLAY_SPEEDS, key="w_speed",
+                    on_change=_on_speed,
+                    help="how fast Play steps; the timer restarts at the new speed")
+    b.toggle("Projector", key="w_projector",
+             help="hides the sidebar and enlarges the type for a 1280×720 projector; keys: "
+                  "→ step, ← back, space play/pause, r reset")
+    c.caption("Keys: **→** step · **←** back · **space** play/pause · **r** reset")
 
 
 def history_slider(lab: Lab) -> None:
@@ -521,11 +586,19 @@ def export_tab(lab: Lab, snaps) -> None:
     st.download_button("Download metrics (CSV: pool stats + accounting per step)",
                        data=lambda: metrics_csv(snaps), file_name=f"paged-lab-{name}.csv",
                        mime="text/csv", on_click="ignore")
+    decode = lab.decode
+    st.download_button("Download slides (HTML: an animation of the pool and block tables, one "
+                       "frame per step; opens offline in any browser)",
+                       data=lambda: slides_html(snaps, decode, lambda s: narrate(s, None, decode),
+                                                title=f"PagedAttention Lab: {name}"),
+                       file_name=f"paged-lab-{name}-slides.html", mime="text/html",
+                       on_click="ignore")
     st.caption(f"{len(snaps)} snapshots kept (steps {snaps[0].step}–{snaps[-1].step}). Load "
-               "a trace back with the sidebar's uploader to replay it without an engine.")
+               "a trace back with the sidebar's uploader to replay it without an engine. Each "
+               "figure's camera button (top right of the figure) saves it as a PNG.")
 
 
-@st.fragment(run_every=PLAY_INTERVAL_S if st.session_state.get("lab") and
+@st.fragment(run_every=play_interval() if st.session_state.get("lab") and
              st.session_state.lab.playing else None)
 def main_area() -> None:
     lab: Lab | None = st.session_state.get("lab")
@@ -544,17 +617,20 @@ def _main_area(lab: Lab) -> None:
         return
     error_slot = st.empty()              # filled after the controls ran (a Step clears errors)
     was_playing = lab.playing
-    lab.tick(PLAY_INTERVAL_S)
+    lab.tick(play_interval())
     if was_playing and not lab.playing:
         st.rerun(scope="app")            # finished: drop the timer
     title = (f"Replay: {lab.trace_name}" if lab.replaying
              else SCENARIOS[lab.settings.scenario].label)
     st.subheader(title, anchor=False)
     controls(lab)
+    presenter_row(lab)
     if lab.error:
         error_slot.error(lab.error)
     elif lab.notice:
         error_slot.warning(lab.notice)
+    if st.session_state.get("w_mode") == "Lessons" and not lab.replaying:
+        lesson_panel(lab)
     snap = lab.current()
     total = lab.snapshots()[-1].step
     state = ("finished" if lab.finished and not lab.replaying else
@@ -576,6 +652,11 @@ def _main_area(lab: Lab) -> None:
 st.set_page_config(page_title="PagedAttention Lab", page_icon="🧱", layout="wide",
                    initial_sidebar_state="expanded")
 st.markdown(CSS, unsafe_allow_html=True)
+if st.query_params.get("projector") == "1" and "w_projector" not in st.session_state:
+    st.session_state.w_projector = True      # ?projector=1 opens in the projector layout
+if st.session_state.get("w_projector"):
+    st.markdown(PROJECTOR_CSS, unsafe_allow_html=True)
+st.html(KEYS_JS, unsafe_allow_javascript=True)
 with short_errors("the page"):
     _lab = get_lab()
     sidebar(_lab)

@@ -1,8 +1,9 @@
 """Generated text per sequence with block boundaries marked (HTML, rendered by st.markdown).
 
 Tokens are grouped by logical block; each group sits on its own tinted band labelled with the
-physical block it lives in. Prompt tokens are grey, generated tokens dark. Without a decode
-function the token ids are shown.
+physical block it lives in. Prompt tokens are grey and plain; generated tokens are dark, bold and
+underlined (so colour is never the only difference). Without a decode function the token ids
+are shown.
 """
 from __future__ import annotations
 
@@ -35,9 +36,12 @@ def text_html(snapshot, decode=None, include_done: bool = True) -> str:
             spans = []
             for j, t in enumerate(chunk):
                 pos = logical * bs + j
-                color = "#777" if pos < s.prompt_len else "#000"
+                look = ("color:#666" if pos < s.prompt_len else
+                        "color:#000;font-weight:bold;text-decoration:underline")
+                kind = "prompt" if pos < s.prompt_len else "generated"
                 sep = "border-right:1px dotted #9aa;" if j < len(chunk) - 1 else ""
-                spans.append(f'<span style="color:{color};{sep}">{html.escape(t).replace(chr(10), "↵")}</span>')
+                spans.append(f'<span class="{kind}" style="{look};{sep}">'
+                             f'{html.escape(t).replace(chr(10), "↵")}</span>')
             band = (f"background:{_BANDS[logical % 2]};border-left:3px solid #0072B2" if in_table
                     else "border:1px dashed #0072B2")
             groups.append(

@@ -15,7 +15,7 @@ import pytest
 
 from app.scenarios import SCENARIOS
 from app.screenshots import (CHROMIUM, click_step, exceptions_on, free_port, launch, open_lab,
-                             rendered_step, select_scenario, start_server,
+                             rendered_step, select_scenario, start_server, step_button,
                              stop_server, wait_healthy, wait_rendered)
 
 from .conftest import MODEL, needs_model
@@ -110,7 +110,7 @@ def test_play_runs_to_the_end_and_stops(server, browser):
     pw.expect(page.get_by_role("button", name="⏸ Pause")).to_be_visible(timeout=20_000)
     wait_rendered(page, 3, timeout_ms=60_000)                           # 1 step per second
     pw.expect(page.get_by_role("button", name="▶ Play")).to_be_disabled(timeout=20_000)
-    pw.expect(page.get_by_role("button", name="Step", exact=True)).to_be_disabled()
+    pw.expect(step_button(page)).to_be_disabled()
     assert "finished" in page.get_by_text("Step 3 of 3", exact=False).first.inner_text()
     time.sleep(2.5)                                                     # the timer really stopped
     assert rendered_step(page) == 3 and not exceptions_on(page)
@@ -131,7 +131,7 @@ def test_five_sessions_at_once(server, browser):
         clicked = []
         for key, page in pages.items():
             if r < wanted[key]:
-                page.get_by_role("button", name="Step", exact=True).click()
+                step_button(page).click()
                 clicked.append(key)
         for key in clicked:
             wait_rendered(pages[key], r + 1)
@@ -171,5 +171,70 @@ def test_compare_view_steps_v0_and_v1_together(server, browser):
     alerts = " ".join(a.inner_text() for a in page.locator('[data-testid="stAlertContainer"]').all())
     assert "Copy-on-write:" in alerts and "Prefix cache hit:" in alerts
     expect(page.locator(".gtitle", has_text="block 0 is v1's null block")).to_have_count(1)
+    assert not exceptions_on(page)
+    page.close()
+
+
+def _wait_past(page, step: int, timeout_s: float = 60) -> None:
+    """Until the page shows a step after ``step`` (fast Play may skip any given one)."""
+    deadline = time.perf_counter() + timeout_s
+    while rendered_step(page) <= step:
+        assert time.perf_counter() < deadline, f"Play never got past step {step}"
+        time.sleep(0.05)
+
+
+def _play_rate(page, seconds: float) -> float:
+    """Steps per second the page shows while Play runs, over ``seconds`` (polled)."""
+    first, t0 = rendered_step(page), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        time.sleep(0.05)
+    return (rendered_step(page) - first) / (time.perf_counter() - t0)
+
+
+def test_keyboard_shortcuts_and_play_speed(server, browser):
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    sidebar = page.locator('section[data-testid="stSidebar"]')
+    sidebar.get_by_label("max tokens", exact=True).fill("30")
+    page.get_by_role("button", name="Apply & reset").click()
+    wait_rendered(page, 0)
+    page.get_by_role("heading", name=SCENARIOS["single"].label).click()   # focus off inputs
+    page.keyboard.press("ArrowRight")
+    wait_rendered(page, 1)
+    page.keyboard.press("ArrowRight")
+    wait_rendered(page, 2)
+    page.keyboard.press("ArrowLeft")                                     # back: shows step 1
+    wait_rendered(page, 1)
+    assert page.get_by_text("Step 1 of 2", exact=False).count() == 1
+    page.keyboard.press("r")                                             # reset: a fresh engine
+    wait_rendered(page, 0)
+    pw.expect(page.get_by_text("Step 0 of 0", exact=False)).to_have_count(1)
+    # space starts Play; at 0.5 steps/s the steps come about 2 s apart
+    speed = page.get_by_role("slider", name="Play speed (steps per second)")
+    speed.focus()
+    page.keyboard.press("ArrowLeft")                                     # 1 -> 0.5 steps/s
+    pw.expect(speed).to_have_attribute("aria-valuetext", "0.5", timeout=10_000)
+    page.get_by_role("heading", name=SCENARIOS["single"].label).click()
+    page.keyboard.press(" ")
+    pw.expect(page.get_by_role("button", name="⏸ Pause")).to_be_visible(timeout=20_000)
+    _wait_past(page, 0)
+    slow = _play_rate(page, 5.0)
+    page.keyboard.press(" ")                                             # space again: pause
+    pw.expect(page.get_by_role("button", name="▶ Play")).to_be_visible(timeout=20_000)
+    paused_at = rendered_step(page)
+    time.sleep(2.5)
+    assert rendered_step(page) == paused_at, "Play kept stepping after space paused it"
+    for value in ("1.0", "2.0", "3.0"):                                  # 0.5 -> 1 -> 2 -> 3
+        speed.focus()
+        page.keyboard.press("ArrowRight")
+        pw.expect(speed).to_have_attribute("aria-valuetext", value, timeout=10_000)
+    page.get_by_role("heading", name=SCENARIOS["single"].label).click()
+    page.keyboard.press(" ")
+    _wait_past(page, paused_at)
+    fast = _play_rate(page, 4.0)
+    page.keyboard.press(" ")
+    print(f"\nPlay: {slow:.2f} steps/s at the 0.5 setting, {fast:.2f} steps/s at the 3 setting")
+    assert slow <= 0.75 and fast >= 2 * slow
     assert not exceptions_on(page)
     page.close()

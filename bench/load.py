@@ -1,0 +1,197 @@
+"""Load test: N browser sessions against one real `streamlit run app` (outside CI).
+
+Each session is its own Playwright browser context on the system Chromium, all on 127.0.0.1:
+it opens the page, picks a preset (round robin over the scenarios) and clicks Step M times,
+each click waiting until the page shows the next step. Per N it prints: first page p50/p90,
+click -> update p50/p90/max, clicks per second overall, server CPU seconds per click (the
+server process's utime + stime over the clicking phase), lost clicks (clicks minus steps the
+page shows at the end), errors (exceptions on a page, timeouts), cross-talk (a page showing
+another session's scenario or step count), server RSS before / peak / 30 s after the sessions
+closed, and MiB per session.
+
+Usage: python bench/load.py [--sessions 1 5 15 30] [--steps 50] [--settle 30]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import threading
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):          # python bench/X.py: make the repo importable
+    import sys as _sys
+    from pathlib import Path as _Path
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
+from bench.common import write_results  # noqa: E402
+
+TICKS = 100          # os.sysconf("SC_CLK_TCK") on Linux
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS          # utime + stime
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class RssPeak(threading.Thread):
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.stop = pid, rss_mib(pid), threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.25):
+            self.peak = max(self.peak, rss_mib(self.pid))
+
+
+def pct(values, q):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def session(browser, url, label, steps, out, ready, go, log=lambda *a: None):
+    """One student: open, choose ``label``'s preset, wait for everyone (``ready`` counts in,
+    ``go`` starts the clicking phase), click Step ``steps`` times."""
+    ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
+    page = await ctx.new_page()
+    rec = {"label": label, "latencies": [], "errors": [], "first_page": None, "steps": 0}
+    try:
+        t0 = time.perf_counter()
+        await page.goto(url)
+        await page.get_by_text("rendered step 0", exact=True).wait_for(timeout=300_000)
+        rec["first_page"] = time.perf_counter() - t0
+        log("first page", label)
+        await page.locator('section[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
+        await page.get_by_role("option", name=label).click()
+        await page.get_by_role("heading", name=label).wait_for(timeout=300_000)
+        await page.get_by_text("rendered step 0", exact=True).wait_for(timeout=300_000)
+        log("preset chosen", label)
+    except Exception as exc:
+        rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
+    ready.append(label)
+    await go.wait()
+    try:
+        if rec["errors"]:
+            raise RuntimeError("not ready")
+        for i in range(steps):
+            button = page.get_by_role("button", name=STEP_BUTTON)
+            if await button.is_disabled():
+                break                                  # the preset's requests finished
+            t = time.perf_counter()
+            await button.click()
+            await page.get_by_text(f"rendered step {i + 1}", exact=True).wait_for(timeout=120_000)
+            rec["latencies"].append(time.perf_counter() - t)
+            rec["steps"] += 1
+        shown = await page.get_by_text("rendered step", exact=False).last.inner_text()
+        rec["shown_step"] = int(shown.rsplit(" ", 1)[-1])
+        rec["heading_ok"] = await page.get_by_role("heading", name=label).count() == 1
+        rec["errors"] += [await e.inner_text() for e in
+                          await page.locator('[data-testid="stException"]').all()]
+    except Exception as exc:                                   # timeouts count as errors
+        rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
+    finally:
+        await ctx.close()
+    out.append(rec)
+
+
+from app.screenshots import STEP_BUTTON  # noqa: E402
+
+
+async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None):
+    from playwright.async_api import async_playwright
+    from app.screenshots import CHROMIUM_ARGS
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, headless=True,
+                                          args=CHROMIUM_ARGS,
+                                          ignore_default_args=["--headless=new"])
+        rss_before = rss_mib(pid)
+        peak = RssPeak(pid)
+        peak.start()
+        recs: list[dict] = []
+        ready: list[str] = []
+        go = asyncio.Event()
+        tasks = [asyncio.create_task(session(browser, url, labels[i % len(labels)], steps, recs,
+                                             ready, go, log)) for i in range(n)]
+        while len(ready) < n:              # everyone has its page and preset: start clicking
+            await asyncio.sleep(0.1)
+        log(f"{n} sessions ready; clicking")
+        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+        go.set()
+        await asyncio.gather(*tasks)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+        await browser.close()
+        peak.stop.set()
+    return recs, wall, cpu, rss_before, peak.peak
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, nargs="+", default=[1, 5, 15, 30])
+    ap.add_argument("--steps", type=int, default=50, help="Step clicks per session")
+    ap.add_argument("--settle", type=float, default=30.0,
+                    help="seconds to wait after the sessions close before reading RSS again")
+    ap.add_argument("--model", default=None, help="PAGED_LAB_MODEL for the server")
+    ap.add_argument("--verbose", action="store_true", help="print each session's progress")
+    args = ap.parse_args()
+
+    import pandas as pd
+    from app.scenarios import SCENARIOS
+    from app.screenshots import CHROMIUM, free_port, start_server, stop_server, wait_healthy
+
+    labels = [s.label for s in SCENARIOS.values()]
+    rows = []
+    for n in args.sessions:
+        port = free_port()
+        proc = start_server(port, args.model)
+        try:
+            wait_healthy(port, proc)
+            url = f"http://127.0.0.1:{port}"
+            recs, wall, cpu, rss0, peak = asyncio.run(
+                run_level(n, url, proc.pid, args.steps, labels, CHROMIUM,
+                          log=print if args.verbose else lambda *a: None))
+            time.sleep(args.settle)
+            rss_after = rss_mib(proc.pid)
+        finally:
+            stop_server(proc)
+        lat = [x for r in recs for x in r["latencies"]]
+        first = [r["first_page"] for r in recs if r["first_page"] is not None]
+        clicks = sum(r["steps"] for r in recs)
+        lost = sum(r["steps"] - r.get("shown_step", r["steps"]) for r in recs
+                   if r.get("shown_step") is not None and r["shown_step"] < r["steps"])
+        # a session that saw an error on the way counts as not clean, whatever it clicked
+        cross = sum(1 for r in recs if r.get("heading_ok") is False or
+                    (r.get("shown_step") is not None and r["shown_step"] != r["steps"]))
+        rows.append({
+            "sessions": n, "first_page_p50_s": pct(first, 0.5), "first_page_p90_s": pct(first, 0.9),
+            "click_p50_s": pct(lat, 0.5), "click_p90_s": pct(lat, 0.9),
+            "click_max_s": max(lat) if lat else float("nan"),
+            "clicks_per_s": clicks / wall if wall else float("nan"),
+            "server_cpu_s_per_click": cpu / clicks if clicks else float("nan"),
+            "clicks": clicks, "lost_clicks": lost, "errors": sum(len(r["errors"]) for r in recs),
+            "cross_talk": cross, "rss_before_mib": rss0, "rss_peak_mib": peak,
+            "rss_after_mib": rss_after, "mib_per_session": (peak - rss0) / n,
+        })
+        print(pd.DataFrame(rows[-1:]).to_string(index=False, float_format=lambda v: f"{v:.2f}"),
+              flush=True)
+        for r in recs:
+            for e in r["errors"][:2]:
+                print(f"  error in a {r['label']!r} session: {e}")
+    table = pd.DataFrame(rows)
+    print("\n" + table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"(median of click latencies is per click; {args.steps} Step clicks per session; "
+          f"server CPU from /proc over the clicking phase)")
+    write_results("load", {"rows": rows, "steps": args.steps}, table)
+
+
+if __name__ == "__main__":
+    main()
