@@ -7,7 +7,8 @@ click -> update p50/p90/max, clicks per second overall, server CPU seconds per c
 server process's utime + stime over the clicking phase), lost clicks (clicks minus steps the
 page shows at the end), errors (exceptions on a page, timeouts), cross-talk (a page showing
 another session's scenario or step count), server RSS before / peak / 30 s after the sessions
-closed, and MiB per session.
+closed, and MiB per session ((peak - before) / N; "before" is read after one warm-up page
+load, so the model's weights are already in it).
 
 Usage: python bench/load.py [--sessions 1 5 15 30] [--steps 50] [--settle 30]
 """
@@ -114,6 +115,12 @@ async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None):
         browser = await p.chromium.launch(executable_path=chromium, headless=True,
                                           args=CHROMIUM_ARGS,
                                           ignore_default_args=["--headless=new"])
+        # warm up: one page, so the weights are loaded before RSS "before" is read
+        warm = await browser.new_context()
+        page = await warm.new_page()
+        await page.goto(url)
+        await page.get_by_text("rendered step 0", exact=True).wait_for(timeout=300_000)
+        await warm.close()
         rss_before = rss_mib(pid)
         peak = RssPeak(pid)
         peak.start()

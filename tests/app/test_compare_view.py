@@ -98,3 +98,26 @@ def test_parallel_sampling_compare_shows_cow_in_v0_and_prefix_hits_in_v1(model):
     out1 = v1.get_output("0")
     assert len(out0.outputs) == len(out1.outputs) == 4
     assert all(len(c.token_ids) == 16 for c in out0.outputs + out1.outputs)
+
+
+def test_metrics_csv_uses_vllms_metric_names():
+    import io
+
+    import pandas as pd
+
+    from app.trace_io import metrics_csv
+    from engine import Engine, EngineConfig, SamplingParams
+    eng = Engine.length_only(EngineConfig(semantics="v1", block_size=4, num_gpu_blocks=12),
+                             detailed_snapshots=True)
+    prompt = list(range(4, 14))
+    for _ in range(3):
+        eng.add_request(prompt, SamplingParams(max_tokens=12, ignore_eos=True))
+    while eng.has_unfinished_requests():
+        eng.step()
+    frame = pd.read_csv(io.StringIO(metrics_csv(eng.history)))
+    last = frame[frame.step == frame.step.max()].iloc[0]
+    st = eng.snapshot.stats
+    assert last["prefix_cache_queries"] == st.prefix_cache_queries > 0
+    assert last["prefix_cache_hits"] == st.prefix_cache_hits > 0
+    assert last["num_preemptions"] == st.num_preemptions > 0
+    assert last["kv_cache_usage_perc"] == st.kv_cache_usage_perc
