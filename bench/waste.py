@@ -67,6 +67,7 @@ def main() -> None:
                     help="also sweep block sizes 1..128 on the same traces (token-state share of "
                          "allocated KV, mean running requests)")
     args = ap.parse_args()
+    t_all = time.perf_counter()
     tables, infos = [], []
     for workload in ("sharegpt", "alpaca"):
         summary, info = run(workload, args.requests, args.blocks, args.block_size, args.rate,
@@ -79,9 +80,11 @@ def main() -> None:
     for info in infos:
         print(f"{info['workload']}: {info['requests']} requests (mean prompt {info['mean_prompt']:.1f}, "
               f"mean output {info['mean_output']:.1f} tokens), KV budget {info['kv_slots']} slots, "
-              f"block {info['block_size']}, {info['steps']} steps in {info['seconds']:.1f} s, "
+              f"block {info['block_size']}, {info['steps']} steps in {info['seconds']:.1f} s "
+              f"({info['steps'] / max(info['seconds'], 1e-9):.0f} steps/s), "
               f"{info['preemptions']} preemptions (paged)")
     print(table.to_string())
+    print(f"wall time for both traces: {time.perf_counter() - t_all:.1f} s")
     paper = PAPER_BATCH["paged"]
     print(f"vLLM paper (OPT-13B on ShareGPT, mean batched requests): paged/oracle = "
           f"{paper / PAPER_BATCH['oracle']:.2f}x, paged/pow2 = {paper / PAPER_BATCH['pow2']:.2f}x, "
