@@ -50,6 +50,7 @@ def _on_next() -> None:
     if run is not None:
         run.next(lab)
         st.session_state.pop("w_lesson_answer", None)
+        st.session_state.pop("w_lesson_reveal", None)
 
 
 def _on_check() -> None:

@@ -9,6 +9,7 @@ finish is reported, not waited for. Nothing here imports Streamlit.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -279,11 +280,12 @@ LESSONS: dict[str, Lesson] = {lesson.key: lesson for lesson in (
         Checkpoint("vLLM v1 has no prefill or decode steps: each step has a budget of tokens. "
                    "A prompt longer than the budget is computed in chunks.",
                    "until a partial prompt chunk", partial_chunk,
-                   Question("How many prompt tokens did this step compute?", chunk_tokens,
-                            "the step's token budget (max_num_batched_tokens)")),
+                   Question("How many prompt tokens did this step compute?", prefill_tokens,
+                            "at most the step's token budget (max_num_batched_tokens)")),
         Checkpoint("The request samples its first token only once its whole prompt is computed.",
                    "until the first sample", has_event("sample"),
-                   Question("How many blocks does the sequence hold now?", blocks_of_first_seq)),
+                   Question("How many blocks does the sequence hold now?", blocks_of_first_seq),
+                   later=True),
         Checkpoint("Block 0 is v1's null block: it is never handed out.", "until a decode step",
                    step_kind("decode"),
                    Question("How many blocks are free now (the null block is not free)?",
@@ -348,11 +350,12 @@ class LessonRun:
         return int(cp.question.answer(self.reached))
 
     def check(self, answer) -> bool:
-        """Is ``answer`` (a number, or text holding one) what the engine's state says?"""
-        try:
-            given = int(str(answer).strip())
-        except ValueError:
+        """Is ``answer`` (a whole number, alone or in text such as "3 blocks") what the engine's
+        state says?"""
+        found = re.findall(r"-?\d+(?:\.\d+)?", str(answer))
+        if len(found) != 1 or not float(found[0]).is_integer():
             self.answered = False
             return False
+        given = int(float(found[0]))
         self.answered = given == self.expected()
         return self.answered

@@ -77,13 +77,15 @@ class Engine:
         self.groups: dict[str, SequenceGroup] = {}
         # v1 parallel sampling: a request with n > 1 runs as n child requests (their ids)
         self.children: dict[str, list[str]] = {}
+        self._num_requests = 0
         self.num_finished = 0
         self.step_no = 0
         self._arrivals = itertools.count()
         self.baselines = self.recorder = None
         self.observers = []
         if config.observe:
-            self.baselines = ContiguousBaselines(config.num_gpu_blocks * config.block_size,
+            # the same usable capacity as the paged pool (v1's null block holds nothing)
+            self.baselines = ContiguousBaselines(self.bm.gpu.num_usable * config.block_size,
                                                  self.max_model_len)
             self.recorder = SnapshotRecorder(self, self.baselines, config.max_history,
                                              detailed_snapshots)
@@ -145,8 +147,10 @@ class Engine:
                 request_id += "'"
         elif self._id_taken(request_id, params):
             raise ValueError(f"request id {request_id!r} is already in use")
+        # the default seed counts requests (a v1 parent once, not per child), as v0 does
         seed = (params.seed if params.seed is not None
-                else self.config.seed * 1_000_003 + len(self.groups))
+                else self.config.seed * 1_000_003 + self._num_requests)
+        self._num_requests += 1
         if self.config.semantics == "v1" and params.n > 1:
             self.children[request_id] = [f"{i}_{request_id}" for i in range(params.n)]
             for i, child in enumerate(self.children[request_id]):
@@ -158,10 +162,11 @@ class Engine:
         return request_id
 
     def _id_taken(self, request_id: str, params: SamplingParams) -> bool:
-        if request_id in self.groups or request_id in self.children:
-            return True
-        return (self.config.semantics == "v1" and params.n > 1
-                and any(f"{i}_{request_id}" in self.groups for i in range(params.n)))
+        """The id, or (v1, n > 1) any of its child ids, already names a request or a parent."""
+        ids = [request_id]
+        if self.config.semantics == "v1" and params.n > 1:
+            ids += [f"{i}_{request_id}" for i in range(params.n)]
+        return any(r in self.groups or r in self.children for r in ids)
 
     def _add_group(self, request_id: str, prompt, ids: list[int], params: SamplingParams,
                    seed: int, cache_salt: str | None) -> None:
@@ -188,7 +193,8 @@ class Engine:
         return all(self.groups[r].is_finished for r in self.request_ids(request_id))
 
     def abort_request(self, request_id: str) -> None:
-        for rid in self.request_ids(request_id):
+        rids = self.request_ids(request_id)
+        for rid in rids:
             group = self.groups[rid]
             for s in list(group.seqs):
                 self.outputs.finish(group, s, "abort")

@@ -53,10 +53,13 @@ class ContiguousBaselines(Observer):
                   group.params.width)
 
     def on_abort(self, engine, request_id: str, events) -> None:
-        for a in self.allocators.values():
-            a.abort(request_id)
+        for rid in engine.request_ids(request_id):     # a v1 parent: each child request
+            for a in self.allocators.values():
+                a.abort(rid)
 
     def on_step(self, engine, record: StepRecord) -> None:
+        if record.kind == "reset":       # a prefix-cache reset is not a step
+            return
         for rid in record.finished:
             group = engine.groups[rid]
             out_len = max(len(s.output_token_ids) for s in group.done_seqs)

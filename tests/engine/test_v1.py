@@ -266,3 +266,35 @@ def test_kinds_helper_sees_v1_events():
     eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=16))
     eng.add_request([5, 6, 7, 8, 9], SamplingParams(max_tokens=2, ignore_eos=True))
     assert kinds(eng.step()) == ["alloc", "alloc", "cached", "prefill", "sample"]
+
+
+def test_a_child_id_never_takes_a_parents_id():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=32))
+    sp = SamplingParams(n=2, max_tokens=3, ignore_eos=True, temperature=1.0, seed=1)
+    eng.add_request([5, 6, 7], sp, request_id="0_a")
+    with pytest.raises(ValueError, match="already in use"):
+        eng.add_request([8, 9, 10], sp, request_id="a")          # its child "0_a" is a parent
+    assert eng.get_output("0_a").prompt_token_ids == [5, 6, 7]
+
+
+def test_aborting_a_parent_aborts_its_children_in_the_baselines_too():
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=32))
+    rid = eng.add_request([5, 6, 7, 8, 9], SamplingParams(n=3, max_tokens=8, ignore_eos=True,
+                                                          temperature=1.0))
+    eng.step()
+    eng.step()
+    eng.abort_request(rid)
+    assert not eng.has_unfinished_requests() and eng.get_output(rid).finished
+    assert all(not a.has_unfinished() for a in eng.baselines.allocators.values())
+    eng.check_invariants()
+
+
+def test_a_prefix_cache_reset_does_not_step_the_baselines():
+    def accounting(reset: bool):
+        eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=32))
+        eng.add_request(list(range(4, 14)), SamplingParams(max_tokens=4, ignore_eos=True))
+        if reset:
+            assert eng.reset_prefix_cache()
+        eng.step()
+        return [(a.allocator, a.token_states, a.running) for a in eng.snapshot.accounting]
+    assert accounting(True) == accounting(False)
