@@ -237,3 +237,18 @@ def test_waste_flags_requests_a_baseline_can_never_fit(parallel_run):
     fig = waste_figure(snap, list(eng.history))
     names = fig.data[0].y
     assert [n for n in names if "never fit" in n] == ["Contiguous Max<br><i>1 never fit</i>"]
+
+
+def test_generated_tokens_differ_from_the_prompt_by_more_than_colour():
+    import re
+
+    from engine import SamplingParams
+    from .conftest import run_length_only
+    eng, results = run_length_only([[5, 6, 7, 8, 9]], SamplingParams(max_tokens=4,
+                                                                     ignore_eos=True), 3)
+    page = text_html(results[-1].snapshot)
+    prompt = re.findall(r'<span class="prompt" style="([^"]*)"', page)
+    generated = re.findall(r'<span class="generated" style="([^"]*)"', page)
+    assert len(prompt) == 5 and len(generated) == 3
+    assert all("font-weight:bold" in g and "underline" in g for g in generated)
+    assert not any("bold" in p or "underline" in p for p in prompt)
