@@ -126,12 +126,6 @@ def prefill_tokens(snap: StepSnapshot) -> int:
     return sum(e.end - e.start for e in snap.events if e.kind == "prefill")
 
 
-def chunk_tokens(snap: StepSnapshot) -> int:
-    """Tokens the first partial prefill chunk of the step computed."""
-    e = next(e for e in snap.events if e.kind == "prefill" and e.total and e.end < e.total)
-    return e.end - e.start
-
-
 # ---- lessons -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Question:

@@ -31,6 +31,27 @@ def worst_case(plen: int, params: SamplingParams, bs: int) -> int:
     return shared + params.width * (math.ceil(longest / bs) - shared)
 
 
+def step_or_abort(eng, op: str, arg: int, added: list[str]) -> None:
+    """A program's "step k" or "abort #k" action, invariants checked after each change."""
+    if op == "step":
+        for _ in range(arg):
+            if eng.has_unfinished_requests():
+                eng.step()
+                eng.check_invariants()
+    elif added:
+        eng.abort_request(added[arg % len(added)])
+        eng.check_invariants()
+
+
+def drain(eng, max_steps: int) -> None:
+    steps = 0
+    while eng.has_unfinished_requests():
+        eng.step()
+        eng.check_invariants()
+        steps += 1
+        assert steps < max_steps, "no progress"
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(block_size=st.sampled_from([1, 2, 4, 8, 16]), num_blocks=st.integers(4, 40),
@@ -55,20 +76,9 @@ def test_random_programs_keep_invariants(micro_llama, block_size, num_blocks, mo
                 assert eng.snapshot.to_dict() == before
             else:                     # admitted: its worst case fits (and it must complete)
                 assert worst_case(plen, params, block_size) <= num_blocks
-        elif op == "step":
-            for _ in range(arg):
-                if eng.has_unfinished_requests():
-                    eng.step()
-                    eng.check_invariants()
-        elif added:
-            eng.abort_request(added[arg % len(added)])
-            eng.check_invariants()
-    steps = 0
-    while eng.has_unfinished_requests():
-        eng.step()
-        eng.check_invariants()
-        steps += 1
-        assert steps < 2000, "no progress"
+        else:
+            step_or_abort(eng, op, arg, added)
+    drain(eng, 2000)
     stats = eng.snapshot.stats
     assert stats.used_blocks == 0 and stats.free_blocks == num_blocks
     assert stats.cpu_used_blocks == 0
@@ -108,20 +118,9 @@ def test_random_v1_programs_keep_invariants(micro_llama, block_size, num_blocks,
                 assert eng.snapshot.to_dict() == before
             else:
                 assert need <= num_blocks - 1
-        elif op == "step":
-            for _ in range(arg):
-                if eng.has_unfinished_requests():
-                    eng.step()
-                    eng.check_invariants()
-        elif added:
-            eng.abort_request(added[arg % len(added)])
-            eng.check_invariants()
-    steps = 0
-    while eng.has_unfinished_requests():
-        eng.step()
-        eng.check_invariants()
-        steps += 1
-        assert steps < 5000, "no progress"
+        else:
+            step_or_abort(eng, op, arg, added)
+    drain(eng, 5000)
     stats = eng.snapshot.stats
     assert stats.used_blocks == 0 and stats.free_blocks == num_blocks - 1
     assert 0 not in eng.bm.gpu.free_queue
