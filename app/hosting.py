@@ -20,6 +20,11 @@ limits with environment variables (read on every check, so a test can monkeypatc
 ``PAGED_LAB_IDLE_MINUTES``         a session idle this long loses its engine, history and
                                    replayed trace (it gets a fresh engine when it comes back).
                                    0 = never. Default 30.
+``PAGED_LAB_TORCH_THREADS``        threads torch may use for one engine step. Default 1: the
+                                   sessions' steps already run side by side, and on 2 cores a
+                                   second thread per tiny step cost more CPU than it saved
+                                   (0.10 -> 0.04 s of server CPU per Step click, measured).
+                                   Raise it for one user with a large model on the CPU.
 ``server.maxUploadSize``           (``.streamlit/config.toml``) largest upload, in MB. Default 5.
 
 Every check here runs before anything is loaded: a refused model is never resolved, read or
@@ -88,6 +93,17 @@ def idle_seconds() -> float | None:
     """Idle time after which a session is released; None = never (``PAGED_LAB_IDLE_MINUTES=0``)."""
     minutes = _number("PAGED_LAB_IDLE_MINUTES", DEFAULT_IDLE_MINUTES, allow_zero=True)
     return minutes * 60 if minutes else None
+
+
+def torch_threads() -> int:
+    return _number("PAGED_LAB_TORCH_THREADS", 1, integer=True)
+
+
+@functools.cache
+def apply_torch_threads() -> None:
+    """Once per server process (torch's thread count is process-wide)."""
+    import torch
+    torch.set_num_threads(torch_threads())
 
 
 # ---- the checks ----------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from app.narration import narrate  # noqa: E402
 from app.compare import compare_table  # noqa: E402
 from app.figures.slides import slides_html  # noqa: E402
 from app.lesson_view import lesson_panel, lesson_picker  # noqa: E402
+from app.step_queue import STEP_QUEUE_JS  # noqa: E402
 from app.scenarios import COMPARE_NOTES, DEFAULT_SCENARIO, SCENARIOS, Settings, preset  # noqa: E402
 from app import hosting  # noqa: E402
 from app.state import Lab, release_idle_labs, start_idle_sweeper, unexpected_message  # noqa: E402
@@ -175,10 +176,11 @@ def get_lab() -> Lab:
     lab = st.session_state.lab
     lab.touch()
     try:
+        hosting.apply_torch_threads()
         start_idle_sweeper()
         release_idle_labs()              # any session's visit also sweeps the idle ones
     except ValueError as exc:            # e.g. a bad PAGED_LAB_IDLE_MINUTES
-        log.error("idle-session check: %s", exc)
+        log.error("server settings: %s", exc)
     if lab.released:                     # this session was idle: a fresh engine, and a note
         lab.revive()
     return lab
@@ -657,6 +659,7 @@ if st.query_params.get("projector") == "1" and "w_projector" not in st.session_s
 if st.session_state.get("w_projector"):
     st.markdown(PROJECTOR_CSS, unsafe_allow_html=True)
 st.html(KEYS_JS, unsafe_allow_javascript=True)
+st.html(STEP_QUEUE_JS, unsafe_allow_javascript=True)
 with short_errors("the page"):
     _lab = get_lab()
     sidebar(_lab)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from app.figures.common import (STATE_COLORS, STATE_LABELS, block_label, discrete_colorscale,
-                                empty, legend_swatch, show_token, style, token_strings)
+                                empty, layout, make_figure, show_token, swatch, token_strings)
 
 STATES = ("used", "shared", "swapped", "cached")
 _CODE = {s: i for i, s in enumerate(STATES)}
@@ -47,15 +47,14 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
         text.append(trow)
         hover.append(hrow)
         ylabels.append(f"seq {s.seq_id} · req {s.request_id} · {s.status}")
-    fig = go.Figure(go.Heatmap(
-        z=z, x=[f"L{i}" for i in range(width)], y=ylabels, text=text, texttemplate="%{text}",
-        textfont=dict(size=13), customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-        xgap=3, ygap=3, zmin=0, zmax=len(STATES), showscale=False,
-        colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES])))
+    traces = [dict(
+        type="heatmap", z=z, x=[f"L{i}" for i in range(width)], y=ylabels, text=text,
+        texttemplate="%{text}", textfont=dict(size=13), customdata=hover,
+        hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3, zmin=0, zmax=len(STATES),
+        showscale=False, colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES]))]
     for s in ("used", "shared") + (("swapped",) if any(q.device == "cpu" for q in seqs) else ()):
-        legend_swatch(fig, STATE_LABELS[s], STATE_COLORS[s])
-    fig.update_yaxes(autorange="reversed", showgrid=False)
-    fig.update_xaxes(side="top", showgrid=False, title=None)
-    fig = style(fig, title, height=160 + 44 * len(seqs))
-    fig.update_layout(margin=dict(t=80))
-    return fig
+        traces.append(swatch(STATE_LABELS[s], STATE_COLORS[s]))
+    return make_figure(traces, layout(
+        title, height=160 + 44 * len(seqs), margin=dict(l=10, r=10, t=80, b=10),
+        yaxis=dict(autorange="reversed", showgrid=False),
+        xaxis=dict(side="top", showgrid=False, title=None)))

@@ -46,32 +46,60 @@ def token_strings(token_ids, decode=None) -> list[str]:
     return list(decode(list(token_ids))) if decode else [f"<{t}>" for t in token_ids]
 
 
+# plotly_white's layout part, built once: naming "plotly_white" on every figure makes Plotly
+# validate and copy the whole template (with every trace type's defaults) and send it with each
+# figure (~6 KB), which was most of a figure's build time on the page.
+WHITE_TEMPLATE = go.layout.Template(layout=dict(
+    autotypenumbers="strict", font=dict(color="#2a3f5f"), hovermode="closest",
+    hoverlabel=dict(align="left"), paper_bgcolor="white", plot_bgcolor="white",
+    colorway=["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692",
+              "#B6E880", "#FF97FF", "#FECB52"], title=dict(x=0.05),
+    **{axis: dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", ticks="",
+                  title=dict(standoff=15), automargin=True, zerolinewidth=2)
+       for axis in ("xaxis", "yaxis")}))
+
+
+def layout(title: str, height: int | None = None, legend_y: float = -0.02, **extra) -> dict:
+    """The shared layout (title, fonts, template, legend below) as a plain dict."""
+    out = dict(title=dict(text=title, font=dict(size=FONT_SIZE + 2)), font=dict(size=FONT_SIZE),
+               template=WHITE_TEMPLATE, margin=dict(l=10, r=10, t=50, b=10),
+               hoverlabel=dict(font_size=FONT_SIZE),
+               legend=dict(orientation="h", yanchor="top", y=legend_y, x=0))
+    if height:
+        out["height"] = height
+    out.update(extra)
+    return out
+
+
+def make_figure(traces: list[dict], layout_dict: dict) -> go.Figure:
+    """One go.Figure from plain trace and layout dicts: Plotly validates it in one pass, about
+    4x cheaper than building the same figure with add_trace / update_* calls (the figures the
+    page redraws on every Step are built this way)."""
+    return go.Figure(data=traces, layout=layout_dict)
+
+
 def style(fig: go.Figure, title: str, height: int | None = None, legend_y: float = -0.02
           ) -> go.Figure:
-    fig.update_layout(title=dict(text=title, font=dict(size=FONT_SIZE + 2)),
-                      font=dict(size=FONT_SIZE), template="plotly_white",
-                      margin=dict(l=10, r=10, t=50, b=10), hoverlabel=dict(font_size=FONT_SIZE),
-                      legend=dict(orientation="h", yanchor="top", y=legend_y, x=0))
-    if height:
-        fig.update_layout(height=height)
+    fig.update_layout(layout(title, height, legend_y))
     return fig
 
 
 def empty(title: str, message: str, height: int = 220) -> go.Figure:
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font=dict(size=FONT_SIZE + 1, color="#555"))
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return style(fig, title, height)
+    return make_figure([], layout(
+        title, height, xaxis=dict(visible=False), yaxis=dict(visible=False),
+        annotations=[dict(text=message, showarrow=False, x=0.5, y=0.5, xref="paper",
+                          yref="paper", font=dict(size=FONT_SIZE + 1, color="#555"))]))
+
+
+def swatch(name: str, color: str, symbol: str = "square") -> dict:
+    """A legend entry with no data (heatmaps have no per-category legend of their own)."""
+    return dict(type="scatter", x=[None], y=[None], mode="markers", name=name, showlegend=True,
+                marker=dict(size=14, color=color, symbol=symbol, line=dict(color="#444", width=1)),
+                hoverinfo="skip")
 
 
 def legend_swatch(fig: go.Figure, name: str, color: str, symbol: str = "square") -> None:
-    """A legend entry with no data (heatmaps have no per-category legend of their own)."""
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
-                             marker=dict(size=14, color=color, symbol=symbol,
-                                         line=dict(color="#444", width=1)),
-                             hoverinfo="skip"))
+    fig.add_trace(swatch(name, color, symbol))
 
 
 def discrete_colorscale(colors: list[str]) -> list:

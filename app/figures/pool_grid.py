@@ -9,8 +9,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from app.figures.common import (COW_COLOR, STATE_COLORS, STATE_LABELS, SWAP_COLOR, block_label,
-                                discrete_colorscale, empty, legend_swatch, show_token, style,
-                                token_strings)
+                                discrete_colorscale, empty, layout, make_figure, show_token,
+                                swatch, token_strings)
 
 STATES = ("free", "used", "shared", "cached", "swapped", "null")
 _CODE = {s: i for i, s in enumerate(STATES)}
@@ -60,7 +60,9 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
     cols = columns_for(len(snapshot.blocks))
     gpu_rows = -(-len(snapshot.blocks) // cols)
     cpu_row0 = gpu_rows + 1                         # one empty row between the pools
-    fig = go.Figure()
+    traces: list[dict] = []
+    shapes: list[dict] = []
+    annotations: list[dict] = []
     where: dict[tuple[str, int], tuple[int, int]] = {}
     for device, blocks, row0 in (("gpu", snapshot.blocks, 0), ("cpu", snapshot.cpu_blocks, cpu_row0)):
         if not blocks:
@@ -75,41 +77,44 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
             text[y][x] = cell_text(b, bs)
             hover[y][x] = cell_hover(b, bs, decode)
             where[(device, b.block_id)] = (x, row0 + y)
-        fig.add_trace(go.Heatmap(
-            z=z, x=list(range(cols)), y=list(range(row0, row0 + rows)), text=text,
+        traces.append(dict(
+            type="heatmap", z=z, x=list(range(cols)), y=list(range(row0, row0 + rows)), text=text,
             texttemplate="%{text}", textfont=dict(size=12), customdata=hover,
             hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3, zmin=0,
             zmax=len(STATES), colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES]),
             showscale=False, name="GPU pool" if device == "gpu" else "CPU pool"))
     for s in STATES:
         if (s != "swapped" or snapshot.cpu_blocks) and (s != "null" or snapshot.stats.null_blocks):
-            legend_swatch(fig, STATE_LABELS[s], STATE_COLORS[s])
+            traces.append(swatch(STATE_LABELS[s], STATE_COLORS[s]))
     if show_moves:
         for e in snapshot.events:
             if e.kind == "cow":
-                _arrow(fig, where.get(("gpu", e.src)), where.get(("gpu", e.dst)), COW_COLOR, "cow")
+                _arrow(shapes, annotations, where.get(("gpu", e.src)), where.get(("gpu", e.dst)),
+                       COW_COLOR, "cow")
             elif e.kind in ("swap_out", "swap_in"):
                 src_dev, dst_dev = ("gpu", "cpu") if e.kind == "swap_out" else ("cpu", "gpu")
                 for src, dst in e.mapping:
-                    _arrow(fig, where.get((src_dev, src)), where.get((dst_dev, dst)), SWAP_COLOR,
-                           "swap")
+                    _arrow(shapes, annotations, where.get((src_dev, src)),
+                           where.get((dst_dev, dst)), SWAP_COLOR, "swap")
         if any(e.kind == "cow" for e in snapshot.events):
-            legend_swatch(fig, "copy-on-write src → dst", COW_COLOR, "arrow-right")
+            traces.append(swatch("copy-on-write src → dst", COW_COLOR, "arrow-right"))
     cpu_rows = -(-len(snapshot.cpu_blocks) // cols)
     ticks = list(range(gpu_rows)) + [cpu_row0 + r for r in range(cpu_rows)]
     labels = [f"GPU {r * cols}" for r in range(gpu_rows)] + [f"CPU {r * cols}" for r in range(cpu_rows)]
     total_rows = gpu_rows + (1 + cpu_rows if cpu_rows else 0)
-    fig.update_yaxes(range=[total_rows - 0.5, -1.1], tickmode="array", tickvals=ticks,
-                     ticktext=labels, showgrid=False, zeroline=False)
-    fig.update_xaxes(visible=False, range=[-0.5, cols - 0.5])
     st = snapshot.stats
     subtitle = (f"{st.total_blocks} blocks × {bs} slots · {st.used_blocks} used · "
                 f"{st.shared_blocks} shared · {st.free_blocks} free"
                 + (" · block 0 is v1's null block" if st.null_blocks else ""))
-    return style(fig, f"{title}<br><sup>{subtitle}</sup>", height=130 + 62 * total_rows)
+    return make_figure(traces, layout(
+        f"{title}<br><sup>{subtitle}</sup>", height=130 + 62 * total_rows,
+        yaxis=dict(range=[total_rows - 0.5, -1.1], tickmode="array", tickvals=ticks,
+                   ticktext=labels, showgrid=False, zeroline=False),
+        xaxis=dict(visible=False, range=[-0.5, cols - 0.5]),
+        shapes=shapes, annotations=annotations))
 
 
-def _arrow(fig: go.Figure, src, dst, color: str, name: str) -> None:
+def _arrow(shapes: list, annotations: list, src, dst, color: str, name: str) -> None:
     """A curved arrow from cell ``src`` to cell ``dst``: within a row it arcs above the cells it
     passes (copies along one row stay readable); between rows it leaves the facing edges.
     ``name`` tags it ("cow" / "swap") for tests."""
@@ -123,11 +128,12 @@ def _arrow(fig: go.Figure, src, dst, color: str, name: str) -> None:
         down = 0.42 if y1 > y0 else -0.42
         y0, y1 = y0 + down, y1 - down
         cx, cy = (x0 + x1) / 2 + 0.35, (y0 + y1) / 2
-    fig.add_shape(type="path", path=f"M {x0},{y0} Q {cx},{cy} {x1},{y1}", xref="x", yref="y",
-                  line=dict(color=color, width=3), name=name, layer="above")
-    fig.add_annotation(x=x1, y=y1, ax=x1 + (cx - x1) * 0.3, ay=y1 + (cy - y1) * 0.3,
-                       xref="x", yref="y", axref="x", ayref="y", showarrow=True, arrowhead=2,
-                       arrowsize=1.4, arrowwidth=3, arrowcolor=color, text="", name=name)
+    shapes.append(dict(type="path", path=f"M {x0},{y0} Q {cx},{cy} {x1},{y1}", xref="x",
+                       yref="y", line=dict(color=color, width=3), name=name, layer="above"))
+    annotations.append(dict(x=x1, y=y1, ax=x1 + (cx - x1) * 0.3, ay=y1 + (cy - y1) * 0.3,
+                            xref="x", yref="y", axref="x", ayref="y", showarrow=True,
+                            arrowhead=2, arrowsize=1.4, arrowwidth=3, arrowcolor=color, text="",
+                            name=name))
 
 
 def arrow_count(fig: go.Figure, name: str = "cow") -> int:

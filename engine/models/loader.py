@@ -138,6 +138,17 @@ def gpt2_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 _LOAD_LOCK = threading.Lock()
+_IMPORT_LOCK = threading.Lock()
+
+
+def hf(name: str):
+    """``transformers.<name>``, resolved under a lock: transformers' lazy module is not safe to
+    import from several threads at once (sessions opening a freshly started server together got
+    "ImportError: cannot import name 'AutoConfig' from 'transformers'"). Imported on first use,
+    so the length-only engine never pays for it."""
+    with _IMPORT_LOCK:
+        import transformers
+        return getattr(transformers, name)
 
 
 def _with_generation_eos(spec: ModelSpec, path: Path) -> ModelSpec:
@@ -145,9 +156,8 @@ def _with_generation_eos(spec: ModelSpec, path: Path) -> ModelSpec:
     (transformers' generate reads the generation config; both may list several ids)."""
     if not (path / "generation_config.json").exists():
         return spec
-    from transformers import GenerationConfig
     try:
-        gen = GenerationConfig.from_pretrained(str(path))
+        gen = hf("GenerationConfig").from_pretrained(str(path))
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}/generation_config.json could not be read: {exc}") from exc
     return spec.with_eos(gen.eos_token_id) if gen.eos_token_id is not None else spec
@@ -156,9 +166,7 @@ def _with_generation_eos(spec: ModelSpec, path: Path) -> ModelSpec:
 def read_spec(path: Path) -> ModelSpec:
     """The architecture (layers, KV heads, head size...) from config.json and
     generation_config.json only: no weights are read."""
-    from transformers import AutoConfig
-
-    spec = ModelSpec.from_hf_config(AutoConfig.from_pretrained(str(path)))
+    spec = ModelSpec.from_hf_config(hf("AutoConfig").from_pretrained(str(path)))
     return _with_generation_eos(spec, Path(path))
 
 
@@ -206,8 +214,6 @@ def load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
 
 
 def _load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
-    from transformers import AutoTokenizer
-
     path = resolve_model_path(model)
     spec = read_spec(path)
     if spec.model_type == "gpt2":
@@ -228,5 +234,5 @@ def _load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
         net.fuse_projections()
     tokenizer = None
     if any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        tokenizer = hf("AutoTokenizer").from_pretrained(str(path))
     return LoadedModel(str(path), spec, net, tokenizer)

@@ -79,3 +79,13 @@ def prefix_run():
     prompts = [common + [20 + i, 30 + i] for i in range(3)]
     return run_length_only(prompts, SamplingParams(max_tokens=4, ignore_eos=True), 2,
                            enable_prefix_caching=True)
+
+
+@pytest.fixture(autouse=True, scope="package")
+def _restore_torch_threads():
+    """The page sets torch's process-wide thread count for a server (PAGED_LAB_TORCH_THREADS);
+    AppTest runs the page in this process, so the other tests get the count back."""
+    import torch
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -238,3 +238,74 @@ def test_keyboard_shortcuts_and_play_speed(server, browser):
     assert slow <= 0.75 and fast >= 2 * slow
     assert not exceptions_on(page)
     page.close()
+
+
+RUNS_DONE_JS = """() => {          // counts finished script runs (Streamlit's run state on the app)
+  if (window.__runsDone !== undefined) return;
+  window.__runsDone = 0;
+  const app = document.querySelector('[data-testid="stApp"]');
+  new MutationObserver(() => {
+    if (app.dataset.testScriptState === "notRunning") window.__runsDone += 1;
+  }).observe(app, {attributes: true, attributeFilter: ["data-test-script-state"]});
+}"""
+
+
+def _clicks(page, n: int, gap_s: float) -> None:
+    """n real mouse clicks on Step, gap_s apart, without waiting for the page in between."""
+    box = step_button(page).bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    for _ in range(n):
+        page.mouse.click(x, y)
+        time.sleep(gap_s)
+
+
+def test_quick_clicks_are_never_lost(server, browser):
+    """Streamlit merges the clicks that reach it while a rerun is running; the page's queue
+    (app/step_queue.py) sends them one at a time, so every click and → is one step."""
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    sidebar = page.locator('section[data-testid="stSidebar"]')
+    sidebar.get_by_label("max tokens", exact=True).fill("25")
+    page.get_by_role("button", name="Apply & reset").click()
+    wait_rendered(page, 0)
+    _clicks(page, 10, 0.1)                                   # 10 clicks 100 ms apart
+    wait_rendered(page, 10)
+    _clicks(page, 6, 0.02)                                   # 6 in quick succession
+    wait_rendered(page, 16)
+    page.get_by_role("heading", name=SCENARIOS["single"].label).click()   # focus off inputs
+    for _ in range(4):
+        page.keyboard.press("ArrowRight")
+        time.sleep(0.05)
+    wait_rendered(page, 20)
+    time.sleep(2.0)                                          # and no step more than asked
+    assert rendered_step(page) == 20
+    assert page.get_by_text("Step 20 of 20", exact=False).count() == 1
+    assert not exceptions_on(page)
+    page.close()
+
+
+def test_step_costs_little_more_than_a_rerun_that_changes_nothing(server, browser):
+    """Issue 14: one session on an idle machine, median Step click -> update at most 1.5x a
+    rerun of the same view that changes nothing (a new value in the Run-N field: the same
+    fragment reruns, with no engine step and the same figures)."""
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    page.evaluate(RUNS_DONE_JS)
+    step_s, noop_s = [], []
+    run_n = page.locator(".st-key-w_run_n input")
+    for i in range(8):
+        step_s.append(click_step(page))
+        done = page.evaluate("window.__runsDone")
+        t0 = time.perf_counter()
+        run_n.fill(str(11 + i % 2))
+        run_n.press("Enter")
+        page.wait_for_function(f"window.__runsDone > {done}", timeout=60_000)
+        noop_s.append(time.perf_counter() - t0)
+    step, noop = statistics.median(step_s), statistics.median(noop_s)
+    print(f"\nStep click -> update median {step:.3f} s; rerun that changes nothing "
+          f"{noop:.3f} s; ratio {step / noop:.2f}")
+    assert step <= 1.5 * noop, f"a Step costs {step / noop:.2f}x a rerun that changes nothing"
+    assert not exceptions_on(page)
+    page.close()

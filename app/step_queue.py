@@ -1,0 +1,75 @@
+"""Step clicks are never lost: the page's click queue (JavaScript run in the page).
+
+A Streamlit button reaches the server as a yes/no trigger, and Streamlit merges the triggers of
+clicks that arrive while a rerun of the same fragment is still running or waiting to run
+(streamlit/runtime/scriptrunner_utils/script_requests.py, ``_coalesce_widget_states``), so
+quick clicks became fewer steps: measured in Chromium before this queue, 10 clicks 100 ms apart
+gave 8 steps and 6 clicks 20 ms apart gave 4.
+
+So the page itself holds a Step (click or →) made while the previous one is still being served
+and sends it when the app is idle again, one at a time: every click is one rerun, one step.
+"Being served" is read off Streamlit's own run state (``data-test-script-state`` on the app
+element: ``running`` / ``notRunning``), with a 3 s fallback in case a click caused no run.
+"""
+from __future__ import annotations
+
+STEP_QUEUE_JS = """<script>
+if (!window.__pagedLabStepQueue) {
+  window.__pagedLabStepQueue = {};       // its state, readable from the console and tests
+  const app = () => document.querySelector('[data-testid="stApp"]');
+  const busyState = (s) => s === "running" || s === "rerunRequested";
+  // the page may hold two copies of the button for a moment (a fragment rerun draws the new
+  // one before the old one goes): a click on either counts, a replay clicks the newest shown
+  const STEP = ".st-key-step_btn button";
+  const isStep = (t) => !!(t && t.closest && t.closest(STEP));
+  const stepButton = () => {
+    const shown = [...document.querySelectorAll(STEP)].filter((b) => b.offsetParent !== null);
+    return shown.length ? shown[shown.length - 1] : null;
+  };
+  let inflight = false, sawRun = false, since = 0, queued = 0, replaying = false;
+  Object.defineProperties(window.__pagedLabStepQueue, {
+    inflight: {get: () => inflight}, queued: {get: () => queued}});
+  const sent = () => { inflight = true; sawRun = false; since = performance.now(); };
+  const release = () => {
+    inflight = false;
+    if (queued === 0) return;
+    const b = stepButton();
+    if (!b || b.disabled) { queued = 0; return; }   // finished (or left the page): drop them
+    queued -= 1;
+    replaying = true;
+    b.click();
+  };
+  const watch = () => {
+    const a = app();
+    if (!a) { setTimeout(watch, 200); return; }
+    // one callback may carry both changes (running, then notRunning): read each old value
+    new MutationObserver((records) => {
+      if (records.some((m) => busyState(m.oldValue))) sawRun = true;
+      if (busyState(a.dataset.testScriptState)) sawRun = true;
+      else if (inflight && sawRun) release();
+    }).observe(a, {attributes: true, attributeOldValue: true,
+                   attributeFilter: ["data-test-script-state"]});
+  };
+  watch();
+  setInterval(() => {           // a click that started no run must not hold the queue forever
+    const a = app();
+    if (inflight && !sawRun && a && !busyState(a.dataset.testScriptState)
+        && performance.now() - since > 3000) release();
+  }, 500);
+  document.addEventListener("click", (e) => {
+    if (!isStep(e.target)) return;
+    if (replaying) { replaying = false; sent(); return; }
+    if (inflight) { e.preventDefault(); e.stopImmediatePropagation(); queued += 1; return; }
+    sent();
+  }, true);
+  window.addEventListener("keydown", (e) => {     // → is the Step button's shortcut
+    const t = e.target;
+    if (e.key !== "ArrowRight" || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
+    if (t && (t.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName))) return;
+    const b = stepButton();
+    if (!b || b.disabled) return;
+    if (inflight) { e.preventDefault(); e.stopImmediatePropagation(); queued += 1; return; }
+    sent();
+  }, true);
+}
+</script>"""
