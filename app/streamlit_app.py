@@ -469,7 +469,7 @@ def views(lab: Lab) -> None:
             events_tab(snaps, snap)
     with tabs["Tree"], short_errors("the Tree tab"):
         if tabs["Tree"].open:
-            st.plotly_chart(beam_tree_figure(snap, snaps), key="fig_tree", config=CHART)
+            st.plotly_chart(beam_tree_figure(snap, snaps), key="fig_tree", config=CHART, theme=None)
             how_to_read("tree")
     with tabs["Waste"], short_errors("the Waste tab"):
         if tabs["Waste"].open:
@@ -530,17 +530,17 @@ def compare_tab(lab: Lab) -> None:
                        f"{snap.stats.num_running} running · {snap.stats.num_waiting} waiting")
             prev = cmp.engines[sem].history[-2] if len(cmp.engines[sem].history) > 1 else None
             st.info(narrate(snap, prev, lab.decode))
-            st.plotly_chart(pool_figure(snap, lab.decode), key=f"cmp_pool_{sem}", config=CHART)
+            st.plotly_chart(pool_figure(snap, lab.decode), key=f"cmp_pool_{sem}", config=CHART, theme=None)
             st.plotly_chart(block_table_figure(snap, lab.decode), key=f"cmp_tables_{sem}",
-                            config=CHART)
+                            config=CHART, theme=None)
 
 
 def waste_tab(lab: Lab, snap, snaps) -> None:
     headline = waste_headline(snap)
     if headline:
         st.markdown(f"**{headline}**")
-    st.plotly_chart(waste_figure(snap, snaps), key="fig_waste", config=CHART)
-    st.plotly_chart(address_space_figure(snap), key="fig_slots", config=CHART)
+    st.plotly_chart(waste_figure(snap, snaps), key="fig_waste", config=CHART, theme=None)
+    st.plotly_chart(address_space_figure(snap), key="fig_slots", config=CHART, theme=None)
     how_to_read("waste")
     table = request_table(snap)
     if len(table):
@@ -550,27 +550,27 @@ def waste_tab(lab: Lab, snap, snaps) -> None:
     sweep = lab.block_size_sweep()
     if sweep is not None:
         st.plotly_chart(block_size_sweep_figure(sweep, snap.block_size), key="fig_sweep",
-                        config=CHART)
+                        config=CHART, theme=None)
 
 
 def memory_tab(snap, prev, decode) -> None:
     left, right = st.columns([1, 1], gap="medium")
     with left:
-        st.plotly_chart(block_table_figure(snap, decode), key="fig_tables", config=CHART)
+        st.plotly_chart(block_table_figure(snap, decode), key="fig_tables", config=CHART, theme=None)
         how_to_read("tables")
         rows = cow_rows(snap, prev)
         st.markdown(f"**Copy-on-write copies this step: {len(rows)}**")
         if rows:
             st.table(pd.DataFrame(rows).set_index("seq"))
-            st.plotly_chart(cow_figure(snap, prev), key="fig_cow", config=CHART)
+            st.plotly_chart(cow_figure(snap, prev), key="fig_cow", config=CHART, theme=None)
         how_to_read("cow")
     with right:
-        st.plotly_chart(pool_figure(snap, decode), key="fig_pool", config=CHART)
+        st.plotly_chart(pool_figure(snap, decode), key="fig_pool", config=CHART, theme=None)
         how_to_read("pool")
 
 
 def events_tab(snaps, snap) -> None:
-    st.plotly_chart(timeline_figure(snaps, snap.step), key="fig_timeline", config=CHART)
+    st.plotly_chart(timeline_figure(snaps, snap.step), key="fig_timeline", config=CHART, theme=None)
     how_to_read("timeline")
     if snap.events:
         st.markdown(f"**Events of step {snap.step}** (in order)")

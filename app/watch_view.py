@@ -125,11 +125,11 @@ def live_view() -> None:
     if sub.malformed_count:
         with st.expander(f"{sub.malformed_count} malformed messages (latest reasons)"):
             st.code("\n".join(list(sub.malformed)[-10:]), language=None)
-    st.plotly_chart(prefix_tree_figure(view.blocks.values()), key="fig_kv_tree", config=CHART)
+    st.plotly_chart(prefix_tree_figure(view.blocks.values()), key="fig_kv_tree", config=CHART, theme=None)
     series = view.series_frame()
     left, right = st.columns(2)
-    left.plotly_chart(event_rate_figure(series), key="fig_kv_rate", config=CHART)
-    right.plotly_chart(cached_blocks_figure(series), key="fig_kv_cached", config=CHART)
+    left.plotly_chart(event_rate_figure(series), key="fig_kv_rate", config=CHART, theme=None)
+    right.plotly_chart(cached_blocks_figure(series), key="fig_kv_cached", config=CHART, theme=None)
     st.markdown("**Latest events** (newest first)")
     st.dataframe(view.events_frame(50), hide_index=True, key="kv_events_table")
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from app.figures.common import (STATE_COLORS, STATE_LABELS, block_label, discrete_colorscale,
-                                empty, layout, make_figure, show_token, swatch, token_strings)
+                                empty, layout, legend_note, make_figure, show_token,
+                                tick_margin, token_strings)
 
 STATES = ("used", "shared", "swapped", "cached")
 _CODE = {s: i for i, s in enumerate(STATES)}
@@ -52,9 +53,14 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
         texttemplate="%{text}", textfont=dict(size=13), customdata=hover,
         hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3, zmin=0, zmax=len(STATES),
         showscale=False, colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES]))]
-    for s in ("used", "shared") + (("swapped",) if any(q.device == "cpu" for q in seqs) else ()):
-        traces.append(swatch(STATE_LABELS[s], STATE_COLORS[s]))
+    note, bottom = legend_note(
+        [(STATE_LABELS[s], STATE_COLORS[s]) for s in
+         ("used", "shared") + (("swapped",) if any(q.device == "cpu" for q in seqs) else ())],
+        per_line=2, right=True)
     return make_figure(traces, layout(
-        title, height=160 + 44 * len(seqs), margin=dict(l=10, r=10, t=80, b=10),
-        yaxis=dict(autorange="reversed", showgrid=False),
-        xaxis=dict(side="top", showgrid=False, title=None)))
+        # fixed margins, no automargin (see pool_grid): the left one fits the longest row label
+        title, height=130 + bottom + 44 * len(seqs),
+        margin=dict(l=tick_margin(ylabels), r=10, t=80, b=bottom),
+        annotations=[note],
+        yaxis=dict(automargin=False, autorange="reversed", showgrid=False),
+        xaxis=dict(automargin=False, side="top", showgrid=False, title=None)))

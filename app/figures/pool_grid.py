@@ -9,8 +9,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from app.figures.common import (COW_COLOR, STATE_COLORS, STATE_LABELS, SWAP_COLOR, block_label,
-                                discrete_colorscale, empty, layout, make_figure, show_token,
-                                swatch, token_strings)
+                                discrete_colorscale, empty, layout, legend_note, make_figure,
+                                show_token, tick_margin, token_strings)
 
 STATES = ("free", "used", "shared", "cached", "swapped", "null")
 _CODE = {s: i for i, s in enumerate(STATES)}
@@ -83,9 +83,8 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
             hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3, zmin=0,
             zmax=len(STATES), colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES]),
             showscale=False, name="GPU pool" if device == "gpu" else "CPU pool"))
-    for s in STATES:
-        if (s != "swapped" or snapshot.cpu_blocks) and (s != "null" or snapshot.stats.null_blocks):
-            traces.append(swatch(STATE_LABELS[s], STATE_COLORS[s]))
+    legend = [(STATE_LABELS[s], STATE_COLORS[s]) for s in STATES
+              if (s != "swapped" or snapshot.cpu_blocks) and (s != "null" or snapshot.stats.null_blocks)]
     if show_moves:
         for e in snapshot.events:
             if e.kind == "cow":
@@ -97,7 +96,7 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
                     _arrow(shapes, annotations, where.get((src_dev, src)),
                            where.get((dst_dev, dst)), SWAP_COLOR, "swap")
         if any(e.kind == "cow" for e in snapshot.events):
-            traces.append(swatch("copy-on-write src → dst", COW_COLOR, "arrow-right"))
+            legend.append(("copy-on-write src → dst (arrow)", COW_COLOR))
     cpu_rows = -(-len(snapshot.cpu_blocks) // cols)
     ticks = list(range(gpu_rows)) + [cpu_row0 + r for r in range(cpu_rows)]
     labels = [f"GPU {r * cols}" for r in range(gpu_rows)] + [f"CPU {r * cols}" for r in range(cpu_rows)]
@@ -106,12 +105,16 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
     subtitle = (f"{st.total_blocks} blocks × {bs} slots · {st.used_blocks} used · "
                 f"{st.shared_blocks} shared · {st.free_blocks} free"
                 + (" · block 0 is v1's null block" if st.null_blocks else ""))
+    note, bottom = legend_note(legend)
     return make_figure(traces, layout(
-        f"{title}<br><sup>{subtitle}</sup>", height=130 + 62 * total_rows,
-        yaxis=dict(range=[total_rows - 0.5, -1.1], tickmode="array", tickvals=ticks,
+        f"{title}<br><sup>{subtitle}</sup>", height=100 + bottom + 62 * total_rows,
+        # fixed margins, no automargin: Plotly's automargin pass redraws the figure again, which
+        # was ~50 ms of Chromium's time per Step
+        margin=dict(l=tick_margin(labels), r=10, t=50, b=bottom),
+        yaxis=dict(automargin=False, range=[total_rows - 0.5, -1.1], tickmode="array", tickvals=ticks,
                    ticktext=labels, showgrid=False, zeroline=False),
-        xaxis=dict(visible=False, range=[-0.5, cols - 0.5]),
-        shapes=shapes, annotations=annotations))
+        xaxis=dict(automargin=False, visible=False, range=[-0.5, cols - 0.5]),
+        shapes=shapes, annotations=annotations + [note]))
 
 
 def _arrow(shapes: list, annotations: list, src, dst, color: str, name: str) -> None:
