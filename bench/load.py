@@ -68,7 +68,7 @@ async def session(browser, url, label, steps, out, ready, go, log=lambda *a: Non
     rec = {"label": label, "latencies": [], "errors": [], "first_page": None, "steps": 0}
     try:
         t0 = time.perf_counter()
-        await page.goto(url)
+        await page.goto(url, timeout=300_000)
         await page.get_by_text("rendered step 0", exact=True).wait_for(timeout=300_000)
         rec["first_page"] = time.perf_counter() - t0
         log("first page", label)
@@ -118,7 +118,7 @@ async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None):
         # warm up: one page, so the weights are loaded before RSS "before" is read
         warm = await browser.new_context()
         page = await warm.new_page()
-        await page.goto(url)
+        await page.goto(url, timeout=300_000)
         await page.get_by_text("rendered step 0", exact=True).wait_for(timeout=300_000)
         await warm.close()
         rss_before = rss_mib(pid)
@@ -184,6 +184,9 @@ def main() -> None:
             "click_max_s": max(lat) if lat else float("nan"),
             "clicks_per_s": clicks / wall if wall else float("nan"),
             "server_cpu_s_per_click": cpu / clicks if clicks else float("nan"),
+            # the server's share of one core over the clicking phase: low means the browsers
+            # (all on this machine) were the bottleneck, not the server
+            "server_cpu_%_of_core": 100 * cpu / wall if wall else float("nan"),
             "clicks": clicks, "lost_clicks": lost, "errors": sum(len(r["errors"]) for r in recs),
             "cross_talk": cross, "rss_before_mib": rss0, "rss_peak_mib": peak,
             "rss_after_mib": rss_after, "mib_per_session": (peak - rss0) / n,
