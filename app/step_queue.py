@@ -21,6 +21,8 @@ if (!window.__pagedLabStepQueue) {
   // the page may hold two copies of the button for a moment (a fragment rerun draws the new
   // one before the old one goes): a click on either counts, a replay clicks the newest shown
   const STEP = ".st-key-step_btn button";
+  const WIDGETS = "input, textarea, select, [contenteditable], [role=slider], [role=spinbutton], " +
+    "[role=combobox], [role=listbox], [role=option], [role=tab], [role=radio], [role=menu]";
   const isStep = (t) => !!(t && t.closest && t.closest(STEP));
   const stepButton = () => {
     const shown = [...document.querySelectorAll(STEP)].filter((b) => b.offsetParent !== null);
@@ -65,7 +67,9 @@ if (!window.__pagedLabStepQueue) {
   window.addEventListener("keydown", (e) => {     // → is the Step button's shortcut
     const t = e.target;
     if (e.key !== "ArrowRight" || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
-    if (t && (t.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName))) return;
+    // → on a widget that uses the arrow keys itself (a text field, the speed slider, a
+    // select, the tabs) is that widget's, never a Step
+    if (t && t.closest && t.closest(WIDGETS)) return;
     const b = stepButton();
     if (!b || b.disabled) return;
     if (inflight) { e.preventDefault(); e.stopImmediatePropagation(); queued += 1; return; }
