@@ -223,9 +223,10 @@ async def run(url, stats_port, cookie_name, servers, pids, n, steps, labels, tmp
                                           args=CHROMIUM_ARGS,
                                           ignore_default_args=["--headless=new"])
         if warm_up:
-            # one page per process, straight to its port, before the sessions: the first
-            # session of a fresh process loads the model and imports transformers, and
-            # sessions arriving together at a cold process fail there (see --no-warm-up)
+            # one page per process, straight to its port, before the sessions, so the
+            # model's load is not timed as a click. Sessions arriving together at a cold
+            # process once failed importing transformers (fixed: engine/models/loader.hf);
+            # --no-warm-up checks that case
             for s in servers:
                 warm = await browser.new_context()
                 page = await warm.new_page()
