@@ -289,21 +289,22 @@ def _step_and_noop_latency(page, rounds: int = 10) -> tuple[list[float], list[fl
     """Seconds of Step click -> the pool figure shows the step, and of a rerun that changes
     nothing (the Play speed moved one notch: the same fragment reruns, with no engine step and
     the same figures). Both are timed the same way: a plain input event, then one cheap in-page
-    predicate (the run finished; for Step, also the pool figure's new title). A no-op run so
-    quick that the browser never showed it running cannot be timed: it is counted, not used."""
+    predicate (Step: the pool figure's new title; no-op: the run finished). A no-op run so quick
+    that the browser never showed it running cannot be timed: it is counted, not used."""
     speed = page.get_by_role("slider", name="Play speed (steps per second)")
     box = step_button(page).bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
     step_s, noop_s, unseen = [], [], 0
     for i in range(rounds):
-        done, shown = page.evaluate("window.__runsDone"), rendered_step(page)
+        shown = rendered_step(page)
         t0 = time.perf_counter()
         page.mouse.click(x, y)
-        page.wait_for_function(
-            f"""window.__runsDone > {done} && [...document.querySelectorAll('.gtitle')].some(
+        page.wait_for_function(     # the update the user sees: the pool figure's new title
+            f"""[...document.querySelectorAll('.gtitle')].some(
                 e => e.textContent.startsWith('Physical block pool — step {shown + 1}'))""",
             timeout=60_000)
         step_s.append(time.perf_counter() - t0)
+        page.wait_for_timeout(300)    # let the run end before the next input (not timed)
         done = page.evaluate("window.__runsDone")
         speed.focus()
         t0 = time.perf_counter()
