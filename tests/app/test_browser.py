@@ -98,14 +98,24 @@ def test_parallel_sampling_shows_copy_on_write(server, browser):
     page.close()
 
 
+def _open_with_max_tokens(page, url: str, max_tokens: int) -> None:
+    """The default preset with another max tokens, applied (step 0 shown)."""
+    open_lab(page, url)
+    page.locator('section[data-testid="stSidebar"]').get_by_label(
+        "max tokens", exact=True).fill(str(max_tokens))
+    page.get_by_role("button", name="Apply & reset").click()
+    wait_rendered(page, 0)
+
+
+def _step_center(page) -> tuple[float, float]:
+    box = step_button(page).bounding_box()
+    return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+
 def test_play_runs_to_the_end_and_stops(server, browser):
     url, _ = server
     page = browser.new_page()
-    open_lab(page, url)
-    sidebar = page.locator('section[data-testid="stSidebar"]')
-    sidebar.get_by_label("max tokens", exact=True).fill("3")
-    page.get_by_role("button", name="Apply & reset").click()
-    wait_rendered(page, 0)
+    _open_with_max_tokens(page, url, 3)
     page.get_by_role("button", name="▶ Play").click()
     pw.expect(page.get_by_role("button", name="⏸ Pause")).to_be_visible(timeout=20_000)
     wait_rendered(page, 3, timeout_ms=60_000)                           # 1 step per second
@@ -194,11 +204,7 @@ def _play_rate(page, seconds: float) -> float:
 def test_keyboard_shortcuts_and_play_speed(server, browser):
     url, _ = server
     page = browser.new_page()
-    open_lab(page, url)
-    sidebar = page.locator('section[data-testid="stSidebar"]')
-    sidebar.get_by_label("max tokens", exact=True).fill("30")
-    page.get_by_role("button", name="Apply & reset").click()
-    wait_rendered(page, 0)
+    _open_with_max_tokens(page, url, 30)
     page.get_by_role("heading", name=SCENARIOS["single"].label).click()   # focus off inputs
     page.keyboard.press("ArrowRight")
     wait_rendered(page, 1)
@@ -252,8 +258,7 @@ RUNS_DONE_JS = """() => {          // counts finished script runs (Streamlit's r
 
 def _clicks(page, n: int, gap_s: float) -> None:
     """n real mouse clicks on Step, gap_s apart, without waiting for the page in between."""
-    box = step_button(page).bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    x, y = _step_center(page)
     for _ in range(n):
         page.mouse.click(x, y)
         time.sleep(gap_s)
@@ -264,11 +269,7 @@ def test_quick_clicks_are_never_lost(server, browser):
     (app/step_queue.py) sends them one at a time, so every click and → is one step."""
     url, _ = server
     page = browser.new_page()
-    open_lab(page, url)
-    sidebar = page.locator('section[data-testid="stSidebar"]')
-    sidebar.get_by_label("max tokens", exact=True).fill("25")
-    page.get_by_role("button", name="Apply & reset").click()
-    wait_rendered(page, 0)
+    _open_with_max_tokens(page, url, 25)
     _clicks(page, 10, 0.1)                                   # 10 clicks 100 ms apart
     wait_rendered(page, 10)
     _clicks(page, 6, 0.02)                                   # 6 in quick succession
@@ -292,8 +293,7 @@ def _step_and_noop_latency(page, rounds: int = 10) -> tuple[list[float], list[fl
     predicate (Step: the pool figure's new title; no-op: the run finished). A no-op run so quick
     that the browser never showed it running cannot be timed: it is counted, not used."""
     speed = page.get_by_role("slider", name="Play speed (steps per second)")
-    box = step_button(page).bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    x, y = _step_center(page)
     step_s, noop_s, unseen = [], [], 0
     for i in range(rounds):
         shown = rendered_step(page)
