@@ -23,6 +23,7 @@ from engine.block_size_sweep import block_size_sweep
 
 from app import hosting
 from app.compare import Comparison
+from app.figure_cache import FigureCache
 from app.scenarios import DEFAULT_SCENARIO, SCENARIOS, Settings, preset
 
 MAX_HISTORY = 400        # snapshots kept per session (bounded memory); older steps are dropped
@@ -103,6 +104,7 @@ class Lab:
     _compare: Comparison | None = None          # the Compare view's v0 + v1 engines
     last_active: float = field(default_factory=time.monotonic)
     released: bool = False                      # idle: engine and history given back
+    figures: FigureCache = field(default_factory=FigureCache)   # by the snapshots they draw
 
     def __post_init__(self):
         _LABS[id(self)] = self                   # weakly: a closed session's lab just goes
@@ -125,6 +127,7 @@ class Lab:
     def release(self) -> None:
         """Give back the engine (KV pool, history), a replayed trace and the Compare engines."""
         self.engine, self._compare, self._sweep = None, None, None
+        self.figures.clear()
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
         self._token_text = {}
         self.released = True
@@ -158,6 +161,7 @@ class Lab:
         self.error = self.notice = None
         self._token_text = {}
         self._compare = None
+        self.figures.clear()
         return True
 
     def comparison(self, fresh: bool = False) -> Comparison:

@@ -459,7 +459,7 @@ def views(lab: Lab) -> None:
     tabs = dict(zip(TABS, st.tabs(TABS, key="w_tab", on_change="rerun")))
     with tabs["Memory"], short_errors("the Memory tab"):
         if tabs["Memory"].open:
-            memory_tab(snap, prev, decode)
+            memory_tab(snap, prev, decode, lab.figures.get)
     with tabs["Text"], short_errors("the Text tab"):
         if tabs["Text"].open:
             st.markdown(text_html(snap, decode), unsafe_allow_html=True)
@@ -530,8 +530,9 @@ def compare_tab(lab: Lab) -> None:
                        f"{snap.stats.num_running} running · {snap.stats.num_waiting} waiting")
             prev = cmp.engines[sem].history[-2] if len(cmp.engines[sem].history) > 1 else None
             st.info(narrate(snap, prev, lab.decode))
-            st.plotly_chart(pool_figure(snap, lab.decode), key=f"cmp_pool_{sem}", config=CHART, theme=None)
-            st.plotly_chart(block_table_figure(snap, lab.decode), key=f"cmp_tables_{sem}",
+            st.plotly_chart(lab.figures.get(pool_figure, snap, lab.decode), key=f"cmp_pool_{sem}",
+                            config=CHART, theme=None)
+            st.plotly_chart(lab.figures.get(block_table_figure, snap, lab.decode), key=f"cmp_tables_{sem}",
                             config=CHART, theme=None)
 
 
@@ -553,19 +554,21 @@ def waste_tab(lab: Lab, snap, snaps) -> None:
                         config=CHART, theme=None)
 
 
-def memory_tab(snap, prev, decode) -> None:
+def memory_tab(snap, prev, decode, figure) -> None:
+    """``figure(builder, *args)`` builds a figure, or reuses the one built for these snapshots."""
     left, right = st.columns([1, 1], gap="medium")
     with left:
-        st.plotly_chart(block_table_figure(snap, decode), key="fig_tables", config=CHART, theme=None)
+        st.plotly_chart(figure(block_table_figure, snap, decode), key="fig_tables", config=CHART,
+                        theme=None)
         how_to_read("tables")
         rows = cow_rows(snap, prev)
         st.markdown(f"**Copy-on-write copies this step: {len(rows)}**")
         if rows:
             st.table(pd.DataFrame(rows).set_index("seq"))
-            st.plotly_chart(cow_figure(snap, prev), key="fig_cow", config=CHART, theme=None)
+            st.plotly_chart(figure(cow_figure, snap, prev), key="fig_cow", config=CHART, theme=None)
         how_to_read("cow")
     with right:
-        st.plotly_chart(pool_figure(snap, decode), key="fig_pool", config=CHART, theme=None)
+        st.plotly_chart(figure(pool_figure, snap, decode), key="fig_pool", config=CHART, theme=None)
         how_to_read("pool")
 
 

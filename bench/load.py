@@ -1,14 +1,17 @@
 """Load test: N browser sessions against one real `streamlit run app` (outside CI).
 
-Each session is its own Playwright browser context on the system Chromium, all on 127.0.0.1:
-it opens the page, picks a preset (round robin over the scenarios) and clicks Step M times,
-each click waiting until the page shows the next step. Per N it prints: first page p50/p90,
-click -> update p50/p90/max, clicks per second overall, server CPU seconds per click (the
-server process's utime + stime over the clicking phase), lost clicks (clicks minus steps the
-page shows at the end), errors (exceptions on a page, timeouts), cross-talk (a page showing
-another session's scenario or step count), server RSS before / peak / 30 s after the sessions
-closed, and MiB per session ((peak - before) / N; "before" is read after one warm-up page
-load, so the model's weights are already in it).
+Each session is its own Playwright browser context on the system Chromium, all on 127.0.0.1.
+All N open the page at once (first page: until it shows step 0 with the pool figure drawn),
+then each picks a preset (round robin over the scenarios), then all click Step M times, each
+click waiting until the page shows the next step (the marker under the view and the pool
+figure's new title). Per N it prints: first page p50/p90, click -> update p50/p90/max, clicks
+per second overall, server CPU seconds per click (the server process's utime + stime over the
+clicking phase) and its share of one core, the sessions' Chromium CPU per click and per first
+page, how busy the whole machine was while clicking, lost clicks (clicks minus steps the page
+shows at the end), errors (exceptions on a page, timeouts), cross-talk (a page showing another
+session's scenario or step count), server RSS before / peak / 30 s after the sessions closed,
+and MiB per session ((peak - before) / N; "before" is read after one warm-up page load, so the
+model's weights are already in it).
 
 Usage: python bench/load.py [--sessions 1 5 15 30] [--steps 50] [--settle 30]
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import threading
 import time
@@ -60,23 +64,52 @@ def pct(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def session(browser, url, label, steps, out, ready, go, log=lambda *a: None):
-    """One student: open, choose ``label``'s preset, wait for everyone (``ready`` counts in,
-    ``go`` starts the clicking phase), click Step ``steps`` times."""
+# Resolves once the page shows step n: the marker under the view and the pool figure's title
+# (Plotly has drawn it). One MutationObserver in the page instead of Playwright's polling of
+# text locators, which scans the whole DOM many times per click: in a one-session profile
+# that polling cost Chromium ~0.17 s of CPU per click, as much as the page's own update.
+SHOWN_JS = """n => new Promise((resolve, reject) => {
+  const marker = 'rendered step ' + n, pool = 'Physical block pool — step ' + n;
+  const shown = () =>
+    [...document.querySelectorAll('[data-testid="stCaptionContainer"]')].some(e => e.textContent === marker) &&
+    [...document.querySelectorAll('.gtitle')].some(e => e.textContent.startsWith(pool) &&
+                                                   !/[0-9]/.test(e.textContent[pool.length] || ''));
+  if (shown()) return resolve(true);
+  const timer = setTimeout(() => { mo.disconnect(); reject(new Error('step ' + n + ' not shown')); }, %d);
+  const mo = new MutationObserver(() => { if (shown()) { clearTimeout(timer); mo.disconnect(); resolve(true); } });
+  mo.observe(document.body, {subtree: true, childList: true, characterData: true});
+})"""
+SETUP_TIMEOUT_MS = 300_000      # a starved browser is slow, not broken: only a real hang errs
+CLICK_TIMEOUT_MS = 120_000
+
+
+async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
+    """One student: open the page; when everyone has (``gates``: opened, choose), choose
+    ``label``'s preset; when everyone has (ready, go), click Step ``steps`` times."""
+    opened, choose, ready, go = gates
     ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
     page = await ctx.new_page()
+    page.set_default_timeout(SETUP_TIMEOUT_MS)
+    shown = SHOWN_JS % CLICK_TIMEOUT_MS
     rec = {"label": label, "latencies": [], "errors": [], "first_page": None, "steps": 0}
+    exceptions = page.locator('[data-testid="stException"]')
     try:
         t0 = time.perf_counter()
-        await page.goto(url, timeout=300_000)
-        await page.get_by_text("rendered step 0", exact=True).wait_for(timeout=300_000)
+        await page.goto(url)
+        await page.evaluate(SHOWN_JS % SETUP_TIMEOUT_MS, 0)
         rec["first_page"] = time.perf_counter() - t0
         log("first page", label)
-        await page.locator('section[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
-        await page.get_by_role("option", name=label).click()
-        await page.get_by_role("heading", name=label).wait_for(timeout=300_000)
-        await page.get_by_text("rendered step 0", exact=True).wait_for(timeout=300_000)
-        log("preset chosen", label)
+    except Exception as exc:
+        rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
+    opened.append(label)
+    await choose.wait()
+    try:
+        if not rec["errors"]:
+            await page.locator('section[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
+            await page.get_by_role("option", name=label).click()
+            await page.get_by_role("heading", name=label).wait_for()
+            await page.evaluate(SHOWN_JS % SETUP_TIMEOUT_MS, 0)
+            log("preset chosen", label)
     except Exception as exc:
         rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
     ready.append(label)
@@ -84,20 +117,20 @@ async def session(browser, url, label, steps, out, ready, go, log=lambda *a: Non
     try:
         if rec["errors"]:
             raise RuntimeError("not ready")
+        button = page.locator(".st-key-step_btn button").first
         for i in range(steps):
-            button = page.get_by_role("button", name=STEP_BUTTON)
             if await button.is_disabled():
                 break                                  # the preset's requests finished
+            box = await button.bounding_box()
             t = time.perf_counter()
-            await button.click()
-            await page.get_by_text(f"rendered step {i + 1}", exact=True).wait_for(timeout=120_000)
+            await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            await page.evaluate(shown, i + 1)
             rec["latencies"].append(time.perf_counter() - t)
             rec["steps"] += 1
-        shown = await page.get_by_text("rendered step", exact=False).last.inner_text()
-        rec["shown_step"] = int(shown.rsplit(" ", 1)[-1])
+        shown_step = await page.get_by_text("rendered step", exact=False).last.inner_text()
+        rec["shown_step"] = int(shown_step.rsplit(" ", 1)[-1])
         rec["heading_ok"] = await page.get_by_role("heading", name=label).count() == 1
-        rec["errors"] += [await e.inner_text() for e in
-                          await page.locator('[data-testid="stException"]').all()]
+        rec["errors"] += [await e.inner_text() for e in await exceptions.all()]
     except Exception as exc:                                   # timeouts count as errors
         rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
     finally:
@@ -105,10 +138,60 @@ async def session(browser, url, label, steps, out, ready, go, log=lambda *a: Non
     out.append(rec)
 
 
+def chromium_cpu() -> dict[int, float]:
+    """utime + stime of each Chromium process on the machine (the sessions' browsers)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if "chrom" in (d / "comm").read_text():
+                    out[int(d.name)] = cpu_seconds(int(d.name))
+            except (OSError, ValueError, IndexError):
+                pass                                   # a process that just ended
+    return out
+
+
+class BrowserCpu(threading.Thread):
+    """Chromium CPU seconds since ``mark()``, sampled every 0.2 s so that a renderer which
+    exits (a closed session) still counts with its last reading."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop, self.lock = threading.Event(), threading.Lock()
+        self.base: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.mark()
+
+    def mark(self) -> None:
+        with self.lock:
+            self.base = chromium_cpu()
+            self.last = dict(self.base)
+
+    def seconds(self) -> float:
+        self._sample()
+        with self.lock:
+            return sum(v - self.base.get(pid, 0.0) for pid, v in self.last.items())
+
+    def _sample(self) -> None:
+        now = chromium_cpu()
+        with self.lock:
+            self.last.update(now)
+
+    def run(self):
+        while not self.stop.wait(0.2):
+            self._sample()
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent not idle (all cores), from /proc/stat."""
+    v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(v) - v[3] - v[4]) / TICKS                      # minus idle and iowait
+
+
 from app.screenshots import STEP_BUTTON  # noqa: E402
 
 
-async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None):
+async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None) -> dict:
     from playwright.async_api import async_playwright
     from app.screenshots import CHROMIUM_ARGS
     async with async_playwright() as p:
@@ -118,27 +201,45 @@ async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None):
         # warm up: one page, so the weights are loaded before RSS "before" is read
         warm = await browser.new_context()
         page = await warm.new_page()
-        await page.goto(url, timeout=300_000)
-        await page.get_by_text("rendered step 0", exact=True).wait_for(timeout=300_000)
+        await page.goto(url, timeout=SETUP_TIMEOUT_MS)
+        await page.evaluate(SHOWN_JS % SETUP_TIMEOUT_MS, 0)
         await warm.close()
         rss_before = rss_mib(pid)
         peak = RssPeak(pid)
         peak.start()
         recs: list[dict] = []
+        opened: list[str] = []
         ready: list[str] = []
-        go = asyncio.Event()
+        choose, go = asyncio.Event(), asyncio.Event()
+        gates = (opened, choose, ready, go)
+
+        async def everyone(arrived: list) -> None:
+            while len(arrived) < n:
+                await asyncio.sleep(0.1)
+
+        bcpu = BrowserCpu()
+        bcpu.start()
+        t0 = time.perf_counter()
         tasks = [asyncio.create_task(session(browser, url, labels[i % len(labels)], steps, recs,
-                                             ready, go, log)) for i in range(n)]
-        while len(ready) < n:              # everyone has its page and preset: start clicking
-            await asyncio.sleep(0.1)
+                                             gates, log)) for i in range(n)]
+        await everyone(opened)             # all first pages are in (or failed)
+        first_browser_cpu = bcpu.seconds()
+        log(f"{n} pages open in {time.perf_counter() - t0:.1f} s; choosing presets")
+        choose.set()
+        await everyone(ready)              # everyone has its preset: start clicking
         log(f"{n} sessions ready; clicking")
-        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+        bcpu.mark()
+        cpu0, m0, t0 = cpu_seconds(pid), machine_busy_seconds(), time.perf_counter()
         go.set()
         await asyncio.gather(*tasks)
-        wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+        wall = time.perf_counter() - t0
+        cpu, busy, browser_cpu = (cpu_seconds(pid) - cpu0, machine_busy_seconds() - m0,
+                                  bcpu.seconds())
+        bcpu.stop.set()
         await browser.close()
         peak.stop.set()
-    return recs, wall, cpu, rss_before, peak.peak
+    return dict(recs=recs, wall=wall, cpu=cpu, browser_cpu=browser_cpu, machine_busy=busy,
+                first_browser_cpu=first_browser_cpu, rss_before=rss_before, peak=peak.peak)
 
 
 def main() -> None:
@@ -163,13 +264,15 @@ def main() -> None:
         try:
             wait_healthy(port, proc)
             url = f"http://127.0.0.1:{port}"
-            recs, wall, cpu, rss0, peak = asyncio.run(
+            level = asyncio.run(
                 run_level(n, url, proc.pid, args.steps, labels, CHROMIUM,
                           log=print if args.verbose else lambda *a: None))
             time.sleep(args.settle)
             rss_after = rss_mib(proc.pid)
         finally:
             stop_server(proc)
+        recs, wall, cpu = level["recs"], level["wall"], level["cpu"]
+        rss0, peak = level["rss_before"], level["peak"]
         lat = [x for r in recs for x in r["latencies"]]
         first = [r["first_page"] for r in recs if r["first_page"] is not None]
         clicks = sum(r["steps"] for r in recs)
@@ -187,6 +290,12 @@ def main() -> None:
             # the server's share of one core over the clicking phase: low means the browsers
             # (all on this machine) were the bottleneck, not the server
             "server_cpu_%_of_core": 100 * cpu / wall if wall else float("nan"),
+            # where the rest of the machine went: the sessions' Chromium processes, per click and
+            # per first page, and how busy all cores were while clicking (100% = saturated)
+            "browser_cpu_s_per_click": level["browser_cpu"] / clicks if clicks else float("nan"),
+            "browser_cpu_s_per_first_page": level["first_browser_cpu"] / n,
+            "machine_busy_%": 100 * level["machine_busy"] / (wall * os.cpu_count())
+            if wall else float("nan"),
             "clicks": clicks, "lost_clicks": lost, "errors": sum(len(r["errors"]) for r in recs),
             "cross_talk": cross, "rss_before_mib": rss0, "rss_peak_mib": peak,
             "rss_after_mib": rss_after, "mib_per_session": (peak - rss0) / n,
