@@ -68,14 +68,14 @@ def pct(values, q):
 # (Plotly has drawn it). One MutationObserver in the page instead of Playwright's polling of
 # text locators, which scans the whole DOM many times per click: in a one-session profile
 # that polling cost Chromium ~0.17 s of CPU per click, as much as the page's own update.
-SHOWN_JS = """n => new Promise((resolve, reject) => {
-  const marker = 'rendered step ' + n, pool = 'Physical block pool — step ' + n;
+SHOWN_JS = """([n, timeoutMs, pool = true]) => new Promise((resolve, reject) => {
+  const marker = 'rendered step ' + n, title = 'Physical block pool — step ' + n;
   const shown = () =>
     [...document.querySelectorAll('[data-testid="stCaptionContainer"]')].some(e => e.textContent === marker) &&
-    [...document.querySelectorAll('.gtitle')].some(e => e.textContent.startsWith(pool) &&
-                                                   !/[0-9]/.test(e.textContent[pool.length] || ''));
+    (!pool || [...document.querySelectorAll('.gtitle')].some(e => e.textContent.startsWith(title) &&
+                                                             !/[0-9]/.test(e.textContent[title.length] || '')));
   if (shown()) return resolve(true);
-  const timer = setTimeout(() => { mo.disconnect(); reject(new Error('step ' + n + ' not shown')); }, %d);
+  const timer = setTimeout(() => { mo.disconnect(); reject(new Error(marker + ' not shown')); }, timeoutMs);
   const mo = new MutationObserver(() => { if (shown()) { clearTimeout(timer); mo.disconnect(); resolve(true); } });
   mo.observe(document.body, {subtree: true, childList: true, characterData: true});
 })"""
@@ -90,13 +90,12 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
     page = await ctx.new_page()
     page.set_default_timeout(SETUP_TIMEOUT_MS)
-    shown = SHOWN_JS % CLICK_TIMEOUT_MS
     rec = {"label": label, "latencies": [], "errors": [], "first_page": None, "steps": 0}
     exceptions = page.locator('[data-testid="stException"]')
     try:
         t0 = time.perf_counter()
         await page.goto(url)
-        await page.evaluate(SHOWN_JS % SETUP_TIMEOUT_MS, 0)
+        await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
         rec["first_page"] = time.perf_counter() - t0
         log("first page", label)
     except Exception as exc:
@@ -108,7 +107,7 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
             await page.locator('section[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
             await page.get_by_role("option", name=label).click()
             await page.get_by_role("heading", name=label).wait_for()
-            await page.evaluate(SHOWN_JS % SETUP_TIMEOUT_MS, 0)
+            await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
             log("preset chosen", label)
     except Exception as exc:
         rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
@@ -124,7 +123,7 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
             box = await button.bounding_box()
             t = time.perf_counter()
             await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-            await page.evaluate(shown, i + 1)
+            await page.evaluate(SHOWN_JS, [i + 1, CLICK_TIMEOUT_MS])
             rec["latencies"].append(time.perf_counter() - t)
             rec["steps"] += 1
         shown_step = await page.get_by_text("rendered step", exact=False).last.inner_text()
@@ -202,7 +201,7 @@ async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None) -
         warm = await browser.new_context()
         page = await warm.new_page()
         await page.goto(url, timeout=SETUP_TIMEOUT_MS)
-        await page.evaluate(SHOWN_JS % SETUP_TIMEOUT_MS, 0)
+        await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
         await warm.close()
         rss_before = rss_mib(pid)
         peak = RssPeak(pid)

@@ -1,0 +1,144 @@
+"""What one browser session costs Chromium, for the lab and for the smallest pages on the same
+stack (outside CI): a floor for reading bench/load.py, whose browsers share the server's cores.
+
+Pages, each served by its own `streamlit run` on 127.0.0.1 with the repository's
+.streamlit/config.toml:
+  bare       - a Step button and a caption in a fragment (the least a Streamlit page can be);
+  one chart  - the same plus one st.plotly_chart (a 2-point scatter) that changes every Step;
+  the lab    - `streamlit run app`, default preset (two figures redrawn per Step, the sidebar).
+For each it prints the Chromium CPU seconds of a fresh page (a new browser context, as a new
+student is: nothing cached, until the page shows step 0 and, with a chart, the chart) and of
+one Step click (until the page shows the step), medians over a few pages and clicks, plus the
+least time N fresh pages need on this machine: N x (first page CPU) / cores.
+
+Usage: python bench/browser_floor.py [--pages 3] [--clicks 15] [--sessions 30]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):          # python bench/X.py: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, write_results  # noqa: E402
+from bench.load import SHOWN_JS, BrowserCpu  # noqa: E402
+
+BARE = '''
+import streamlit as st
+
+def _step():
+    st.session_state.n = st.session_state.get("n", 0) + 1
+
+@st.fragment
+def view():
+    st.button("Step", key="step_btn", type="primary", on_click=_step)
+    n = st.session_state.get("n", 0)
+    CHART
+    st.caption(f"rendered step {n}")
+
+view()
+'''
+CHART = ('import plotly.graph_objects as go; st.plotly_chart(go.Figure(go.Scatter(x=[0, 1], '
+         'y=[n, n + 1]), layout=dict(title=f"Physical block pool — step {n}")), key="chart", '
+         'theme=None)')
+PAGES = {"bare": BARE.replace("CHART", "pass"), "one chart": BARE.replace("CHART", CHART)}
+
+
+def serve(script_dir: Path, target: str, port: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", target, "--server.port", str(port),
+         "--server.headless", "true", "--server.address", "127.0.0.1",
+         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        cwd=script_dir, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+async def measure(url: str, pool: bool, pages: int, clicks: int) -> dict:
+    from playwright.async_api import async_playwright
+    from app.screenshots import CHROMIUM, CHROMIUM_ARGS
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                          args=CHROMIUM_ARGS, ignore_default_args=["--headless=new"])
+        cpu = BrowserCpu()
+        cpu.start()
+        first, ctx = [], None
+        for _ in range(pages):
+            if ctx is not None:
+                await ctx.close()
+            ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
+            page = await ctx.new_page()
+            await asyncio.sleep(0.5)
+            cpu.mark()
+            t0 = time.perf_counter()
+            await page.goto(url, timeout=120_000)
+            await page.evaluate(SHOWN_JS, [0, 120_000, pool])
+            wall = time.perf_counter() - t0
+            await asyncio.sleep(1.0)          # work the page still does once it shows
+            first.append((cpu.seconds(), wall))
+        button = page.locator(".st-key-step_btn button").first
+        per_click = []
+        for i in range(clicks):
+            box = await button.bounding_box()
+            cpu.mark()
+            await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            await page.evaluate(SHOWN_JS, [i + 1, 60_000, pool])
+            await asyncio.sleep(0.4)          # the update's tail (paint), then the next click
+            per_click.append(cpu.seconds())
+        cpu.stop.set()
+        await browser.close()
+    return {"first_page_cpu_s": statistics.median(c for c, _ in first),
+            "first_page_wall_s": statistics.median(w for _, w in first),
+            "click_cpu_s": statistics.median(per_click)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pages", type=int, default=3, help="fresh pages per kind (median)")
+    ap.add_argument("--clicks", type=int, default=15, help="Step clicks per kind (median)")
+    ap.add_argument("--sessions", type=int, default=30, help="N for the least-time column")
+    args = ap.parse_args()
+
+    import pandas as pd
+    from app.screenshots import free_port, wait_healthy
+    cores = os.cpu_count() or 1
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        shutil.copytree(ROOT / ".streamlit", work / ".streamlit")
+        targets = []
+        for name, text in PAGES.items():
+            (work / f"{name.replace(' ', '_')}.py").write_text(text)
+            targets.append((name, work, f"{name.replace(' ', '_')}.py", name != "bare"))
+        targets.append(("the lab", ROOT, "app", True))
+        for name, cwd, target, pool in targets:
+            port = free_port()
+            proc = serve(cwd, target, port)
+            try:
+                wait_healthy(port, proc)
+                r = asyncio.run(measure(f"http://127.0.0.1:{port}", pool, args.pages, args.clicks))
+            finally:
+                proc.terminate()
+                proc.wait(timeout=10)
+            r = {"page": name, **r,
+                 f"least_s_for_{args.sessions}_first_pages": args.sessions * r["first_page_cpu_s"] / cores}
+            rows.append(r)
+            print(pd.DataFrame([r]).to_string(index=False, float_format=lambda v: f"{v:.2f}"),
+                  flush=True)
+    table = pd.DataFrame(rows)
+    print("\n" + table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"(Chromium CPU of all its processes; {cores} cores; the least time is the first-page "
+          f"CPU of {args.sessions} fresh pages spread perfectly over every core, server not counted)")
+    write_results("browser_floor", {"rows": rows, "cores": cores}, table)
+
+
+if __name__ == "__main__":
+    main()
