@@ -14,7 +14,9 @@ from typing import Any, Callable
 
 
 class FigureCache:
-    def __init__(self, capacity: int = 24):
+    # small: a figure object is ~55 KB of Python objects, and every session holds its cache;
+    # 6 covers the Memory tab's figures for the shown step and the two before it
+    def __init__(self, capacity: int = 6):
         self.capacity = capacity
         self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()
         self.hits = self.misses = 0

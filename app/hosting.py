@@ -20,6 +20,12 @@ limits with environment variables (read on every check, so a test can monkeypatc
 ``PAGED_LAB_IDLE_MINUTES``         a session idle this long loses its engine, history and
                                    replayed trace (it gets a fresh engine when it comes back).
                                    0 = never. Default 30.
+``PAGED_LAB_DISCONNECTED_SECONDS`` a session whose browser went away (tab closed, connection
+                                   lost) keeps its engine and history this long, then they are
+                                   released like an idle session's. 0 = until idle. Default:
+                                   Streamlit's reconnect window, ``server.disconnectedSessionTTL``
+                                   (120 s), within which a returning browser gets the same
+                                   session back.
 ``PAGED_LAB_TORCH_THREADS``        threads torch may use for one engine step. Default 1: the
                                    sessions' steps already run side by side, and on 2 cores a
                                    second thread per tiny step cost more CPU than it saved
@@ -44,6 +50,7 @@ DEFAULT_MAX_CHECKPOINT_MB = 1024
 DEFAULT_MAX_KV_MB = 64
 DEFAULT_MAX_TRACE_SNAPSHOTS = 2000
 DEFAULT_IDLE_MINUTES = 30
+DEFAULT_DISCONNECTED_SECONDS = 120.0     # Streamlit's server.disconnectedSessionTTL default
 MiB = 1024 * 1024
 
 
@@ -93,6 +100,21 @@ def idle_seconds() -> float | None:
     """Idle time after which a session is released; None = never (``PAGED_LAB_IDLE_MINUTES=0``)."""
     minutes = _number("PAGED_LAB_IDLE_MINUTES", DEFAULT_IDLE_MINUTES, allow_zero=True)
     return minutes * 60 if minutes else None
+
+
+def disconnected_seconds() -> float | None:
+    """How long a session whose browser went away keeps its engine and history; None = until
+    it is idle (``PAGED_LAB_DISCONNECTED_SECONDS=0``). Default: Streamlit's own reconnect
+    window, ``server.disconnectedSessionTTL`` (120 s), within which a student whose connection
+    dropped gets the same session back."""
+    default = DEFAULT_DISCONNECTED_SECONDS
+    try:
+        import streamlit as st
+        default = float(st.get_option("server.disconnectedSessionTTL"))
+    except Exception:                    # no Streamlit config here (engine-only use)
+        pass
+    seconds = _number("PAGED_LAB_DISCONNECTED_SECONDS", default, allow_zero=True)
+    return seconds or None
 
 
 def torch_threads() -> int:

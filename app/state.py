@@ -12,6 +12,8 @@ else is logged on the server and shown as one short line.
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
 import threading
 import time
@@ -105,6 +107,9 @@ class Lab:
     last_active: float = field(default_factory=time.monotonic)
     released: bool = False                      # idle: engine and history given back
     figures: FigureCache = field(default_factory=FigureCache)   # by the snapshots they draw
+    session_id: str | None = None               # the Streamlit session showing this lab
+    disconnected_since: float | None = None     # when the sweeper first saw it disconnected
+    released_why: str = ""                      # "idle" or "disconnected" (the note says which)
 
     def __post_init__(self):
         _LABS[id(self)] = self                   # weakly: a closed session's lab just goes
@@ -131,17 +136,22 @@ class Lab:
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
         self._token_text = {}
         self.released = True
+        self.released_why = "disconnected" if self.disconnected_since is not None else "idle"
 
     def revive(self) -> None:
         """After ``release``: a fresh engine on the same settings, and a note saying why."""
         trace, name, view = self.trace, self.trace_name, self.view   # uploaded since then
         self.released = False
+        self.disconnected_since = None
         if self.apply(self.settings):
-            minutes = (hosting.idle_seconds() or 0) / 60
-            unit = "minute" if minutes == 1 else "minutes"
-            self.notice = (f"This session was idle for more than {minutes:g} {unit}, so the "
-                           "server released its engine and history to free memory: this is a "
-                           "fresh engine with your settings.")
+            if self.released_why == "disconnected":
+                why = "This page was disconnected from the server for too long"
+            else:
+                minutes = (hosting.idle_seconds() or 0) / 60
+                unit = "minute" if minutes == 1 else "minutes"
+                why = f"This session was idle for more than {minutes:g} {unit}"
+            self.notice = (f"{why}, so the server released its engine and history to free "
+                           "memory: this is a fresh engine with your settings.")
         if trace is not None:
             self.load_trace(trace, name)
             self.view = view
@@ -279,30 +289,54 @@ _LABS: "weakref.WeakValueDictionary[int, Lab]" = weakref.WeakValueDictionary()
 
 
 def release_idle_labs(now: float | None = None, idle_s: float | None = None,
-                      labs=None) -> int:
+                      labs=None, is_connected=None, disconnected_s: float | None = None) -> int:
     """Release every lab (of this process, or ``labs``) idle for more than ``idle_s`` (default:
-    PAGED_LAB_IDLE_MINUTES); returns how many. A playing lab is never idle."""
+    PAGED_LAB_IDLE_MINUTES), and, given ``is_connected(session_id)``, every lab whose session
+    has been disconnected for more than ``disconnected_s`` (default: PAGED_LAB_DISCONNECTED_SECONDS,
+    which defaults to Streamlit's reconnect window); returns how many. A playing lab is never
+    idle. Freed memory is handed back to the OS, so the server's RSS comes down too."""
     idle_s = hosting.idle_seconds() if idle_s is None else idle_s
-    if not idle_s:
-        return 0
+    if is_connected is not None and disconnected_s is None:
+        disconnected_s = hosting.disconnected_seconds()
     now = time.monotonic() if now is None else now
     released = 0
     for lab in list(_LABS.values()) if labs is None else labs:
-        if not lab.released and not lab.playing and now - lab.last_active > idle_s:
+        if lab.released:
+            continue
+        if is_connected is not None and lab.session_id is not None:
+            if is_connected(lab.session_id):
+                lab.disconnected_since = None
+            elif lab.disconnected_since is None:
+                lab.disconnected_since = now
+        gone = (lab.disconnected_since is not None and disconnected_s is not None
+                and now - lab.disconnected_since > disconnected_s)
+        idle = bool(idle_s) and not lab.playing and now - lab.last_active > idle_s
+        if gone or idle:
             lab.release()
             released += 1
     if released:
-        log.info("released %d idle session(s)", released)
+        log.info("released %d idle or disconnected session(s)", released)
+        give_back_memory()
     return released
+
+
+def give_back_memory() -> None:
+    """Collect, then return the C heap's free pages to the OS (glibc keeps them otherwise, so
+    a released session's memory would stay in the server's RSS)."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):      # not glibc: nothing to trim
+        pass
 
 
 _sweeper: threading.Thread | None = None
 _sweeper_lock = threading.Lock()
 
 
-def start_idle_sweeper(interval_s: float = 60.0) -> None:
-    """Once per process: a daemon thread releasing idle labs, so memory is given back even
-    when no session is active to trigger the check."""
+def start_idle_sweeper(interval_s: float = 15.0, is_connected=None) -> None:
+    """Once per process: a daemon thread releasing idle and disconnected labs, so memory is
+    given back even when no session is active to trigger the check."""
     global _sweeper
     if _sweeper is not None:
         return
@@ -314,7 +348,7 @@ def start_idle_sweeper(interval_s: float = 60.0) -> None:
             while True:
                 time.sleep(interval_s)
                 try:
-                    release_idle_labs()
+                    release_idle_labs(is_connected=is_connected)
                 except Exception:                # a bad setting must not kill the thread
                     log.exception("idle-session sweep failed")
         _sweeper = threading.Thread(target=sweep, name="paged-lab-idle-sweeper", daemon=True)

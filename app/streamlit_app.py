@@ -24,6 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pandas as pd  # noqa: E402
 import streamlit as st  # noqa: E402
+from streamlit.runtime.scriptrunner import get_script_run_ctx  # noqa: E402
 
 from app.figures.beam_tree import beam_tree_figure  # noqa: E402
 from app.figures.block_tables import block_table_figure  # noqa: E402
@@ -166,9 +167,17 @@ def _show_settings(s: Settings) -> None:
     _load_widgets(s)
 
 
+def _session_connected(session_id: str) -> bool:
+    """Whether a browser is still connected to this Streamlit session (the sweeper's view)."""
+    from streamlit.runtime import Runtime
+    return not Runtime.exists() or Runtime.instance().is_active_session(session_id)
+
+
 def get_lab() -> Lab:
     if "lab" not in st.session_state:
         lab = Lab.create(DEFAULT_SCENARIO)
+        ctx = get_script_run_ctx()
+        lab.session_id = ctx.session_id if ctx else None
         st.session_state.lab = lab
         st.session_state.w_scenario = lab.settings.scenario
         st.session_state.w_semantics = lab.settings.semantics
@@ -177,8 +186,8 @@ def get_lab() -> Lab:
     lab.touch()
     try:
         hosting.apply_torch_threads()
-        start_idle_sweeper()
-        release_idle_labs()              # any session's visit also sweeps the idle ones
+        start_idle_sweeper(is_connected=_session_connected)
+        release_idle_labs(is_connected=_session_connected)   # any visit also sweeps
     except ValueError as exc:            # e.g. a bad PAGED_LAB_IDLE_MINUTES
         log.error("server settings: %s", exc)
     if lab.released:                     # this session was idle: a fresh engine, and a note

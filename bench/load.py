@@ -247,6 +247,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50, help="Step clicks per session")
     ap.add_argument("--settle", type=float, default=30.0,
                     help="seconds to wait after the sessions close before reading RSS again")
+    ap.add_argument("--expired", type=float, default=0.0,
+                    help="also read RSS this many seconds after the sessions closed (past "
+                         "Streamlit's disconnectedSessionTTL, 120 s by default), e.g. 150")
     ap.add_argument("--model", default=None, help="PAGED_LAB_MODEL for the server")
     ap.add_argument("--verbose", action="store_true", help="print each session's progress")
     args = ap.parse_args()
@@ -268,6 +271,11 @@ def main() -> None:
                           log=print if args.verbose else lambda *a: None))
             time.sleep(args.settle)
             rss_after = rss_mib(proc.pid)
+            if args.expired:
+                # Streamlit keeps a closed session's state for server.disconnectedSessionTTL
+                # (default 120 s) so a student whose connection dropped gets it back
+                time.sleep(max(0.0, args.expired - args.settle))
+                rss_expired = rss_mib(proc.pid)
         finally:
             stop_server(proc)
         recs, wall, cpu = level["recs"], level["wall"], level["cpu"]
@@ -298,6 +306,7 @@ def main() -> None:
             "clicks": clicks, "lost_clicks": lost, "errors": sum(len(r["errors"]) for r in recs),
             "cross_talk": cross, "rss_before_mib": rss0, "rss_peak_mib": peak,
             "rss_after_mib": rss_after, "mib_per_session": (peak - rss0) / n,
+            **({"rss_after_expiry_mib": rss_expired} if args.expired else {}),
         })
         print(pd.DataFrame(rows[-1:]).to_string(index=False, float_format=lambda v: f"{v:.2f}"),
               flush=True)

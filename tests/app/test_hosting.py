@@ -373,3 +373,40 @@ def test_a_model_that_left_the_list_is_refused_with_the_message(page, monkeypatc
                and "PAGED_LAB_MODELS" in e.value for e in at.error), [e.value for e in at.error]
     assert at.selectbox(key="w_model").value == at.session_state["lab"].settings.model
     assert at.session_state["lab"].engine is engine
+
+
+def test_a_disconnected_session_is_released_after_the_reconnect_window(monkeypatch):
+    """A session whose browser went away keeps its lab for PAGED_LAB_DISCONNECTED_SECONDS
+    (default: Streamlit's reconnect window), then it is released like an idle one; a session
+    that is still connected, or that came back in time, keeps it."""
+    monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "30")
+    gone, here, back = _lab(), _lab(), _lab()
+    for lab, sid in ((gone, "a"), (here, "b"), (back, "c")):
+        lab.session_id = sid
+        lab.touch(now=1000.0)
+    connected = {"a": False, "b": True, "c": False}
+    sweep = lambda now: release_idle_labs(now=now, labs=[gone, here, back],  # noqa: E731
+                                          is_connected=connected.__getitem__)
+    assert sweep(1001.0) == 0                        # first seen disconnected: the clock starts
+    connected["c"] = True                            # c reconnects within the window
+    assert sweep(1020.0) == 0
+    assert sweep(1032.0) == 1
+    assert gone.released and gone.engine is None
+    assert here.engine is not None and back.engine is not None and back.disconnected_since is None
+    fresh = _length_only_engine()
+    monkeypatch.setattr(app.state, "build_engine", lambda settings: fresh)
+    gone.revive()
+    assert gone.engine is fresh and "disconnected from the server for too long" in gone.notice
+    monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "0")       # 0: only idle releases
+    monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "0")
+    connected["b"] = False
+    assert sweep(2000.0) == 0 and sweep(10**6) == 0 and here.engine is not None
+
+
+def test_the_reconnect_window_defaults_to_streamlits(monkeypatch):
+    import streamlit as st
+    monkeypatch.delenv("PAGED_LAB_DISCONNECTED_SECONDS", raising=False)
+    assert hosting.disconnected_seconds() == float(st.get_option("server.disconnectedSessionTTL"))
+    monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "soon")
+    with pytest.raises(ValueError, match="PAGED_LAB_DISCONNECTED_SECONDS"):
+        hosting.disconnected_seconds()
