@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 class FigureCache:
     # small: a figure object is ~55 KB of Python objects, and every session holds its cache;
-    # 6 covers the Memory tab's figures for the shown step and the two before it
+    # 6 covers the Memory tab's two figures for the shown step and the two before it (fewer
+    # steps when the copy-on-write figure or the Compare tab is drawn too)
     def __init__(self, capacity: int = 6):
         self.capacity = capacity
         self._entries: OrderedDict[tuple, tuple[tuple, Any]] = OrderedDict()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -129,14 +130,15 @@ class Lab:
         """The session did something: it is not idle."""
         self.last_active = time.monotonic() if now is None else now
 
-    def release(self) -> None:
-        """Give back the engine (KV pool, history), a replayed trace and the Compare engines."""
+    def release(self, why: str = "idle") -> None:
+        """Give back the engine (KV pool, history), a replayed trace and the Compare engines;
+        ``why`` ("idle" or "disconnected") is what the note says when the session returns."""
         self.engine, self._compare, self._sweep = None, None, None
         self.figures.clear()
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
         self._token_text = {}
         self.released = True
-        self.released_why = "disconnected" if self.disconnected_since is not None else "idle"
+        self.released_why = why
 
     def revive(self) -> None:
         """After ``release``: a fresh engine on the same settings, and a note saying why."""
@@ -299,8 +301,12 @@ def release_idle_labs(now: float | None = None, idle_s: float | None = None,
     if is_connected is not None and disconnected_s is None:
         disconnected_s = hosting.disconnected_seconds()
     now = time.monotonic() if now is None else now
+    if labs is None:        # the labs some Streamlit session shows (valuerefs: a C-level copy,
+        # safe while another session's thread adds a lab)
+        labs = [lab for lab in (ref() for ref in _LABS.valuerefs())
+                if lab is not None and lab.session_id is not None]
     released = 0
-    for lab in list(_LABS.values()) if labs is None else labs:
+    for lab in labs:
         if lab.released:
             continue
         if is_connected is not None and lab.session_id is not None:
@@ -312,7 +318,7 @@ def release_idle_labs(now: float | None = None, idle_s: float | None = None,
                 and now - lab.disconnected_since > disconnected_s)
         idle = bool(idle_s) and not lab.playing and now - lab.last_active > idle_s
         if gone or idle:
-            lab.release()
+            lab.release("disconnected" if gone else "idle")
             released += 1
     if released:
         log.info("released %d idle or disconnected session(s)", released)
@@ -324,10 +330,11 @@ def give_back_memory() -> None:
     """Collect, then return the C heap's free pages to the OS (glibc keeps them otherwise, so
     a released session's memory would stay in the server's RSS)."""
     gc.collect()
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):      # not glibc: nothing to trim
-        pass
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except Exception:                  # not glibc (musl has no malloc_trim): nothing to do
+            pass
 
 
 _sweeper: threading.Thread | None = None

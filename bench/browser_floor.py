@@ -8,8 +8,10 @@ Pages, each served by its own `streamlit run` on 127.0.0.1 with the repository's
   the lab    - `streamlit run app`, default preset (two figures redrawn per Step, the sidebar).
 For each it prints the Chromium CPU seconds of a fresh page (a new browser context, as a new
 student is: nothing cached, until the page shows step 0 and, with a chart, the chart) and of
-one Step click (until the page shows the step), medians over a few pages and clicks, plus the
-least time N fresh pages need on this machine: N x (first page CPU) / cores.
+one Step click (until the page shows the step), and the server process's CPU for each (a first
+page's server CPU leaves out the first one, which loads the model), medians over a few pages
+and clicks, plus the least time N fresh pages need on this machine: N x (first page CPU) /
+cores.
 
 Usage: python bench/browser_floor.py [--pages 3] [--clicks 15] [--sessions 30]
 """
@@ -30,7 +32,7 @@ if __package__ in (None, ""):          # python bench/X.py: make the repo import
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ROOT, write_results  # noqa: E402
-from bench.load import SHOWN_JS, BrowserCpu  # noqa: E402
+from bench.load import SHOWN_JS, BrowserCpu, cpu_seconds  # noqa: E402
 
 BARE = '''
 import streamlit as st
@@ -62,7 +64,7 @@ def serve(script_dir: Path, target: str, port: int) -> subprocess.Popen:
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
-async def measure(url: str, pool: bool, pages: int, clicks: int) -> dict:
+async def measure(url: str, server_pid: int, pool: bool, pages: int, clicks: int) -> dict:
     from playwright.async_api import async_playwright
     from app.screenshots import CHROMIUM, CHROMIUM_ARGS
     async with async_playwright() as p:
@@ -78,34 +80,39 @@ async def measure(url: str, pool: bool, pages: int, clicks: int) -> dict:
             page = await ctx.new_page()
             await asyncio.sleep(0.5)
             cpu.mark()
-            t0 = time.perf_counter()
+            s0, t0 = cpu_seconds(server_pid), time.perf_counter()
             await page.goto(url, timeout=120_000)
             await page.evaluate(SHOWN_JS, [0, 120_000, pool])
             wall = time.perf_counter() - t0
             await asyncio.sleep(1.0)          # work the page still does once it shows
-            first.append((cpu.seconds(), wall))
+            first.append((cpu.seconds(), wall, cpu_seconds(server_pid) - s0))
         button = page.locator(".st-key-step_btn button").first
         per_click = []
         for i in range(clicks):
             box = await button.bounding_box()
             cpu.mark()
+            s0 = cpu_seconds(server_pid)
             await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
             await page.evaluate(SHOWN_JS, [i + 1, 60_000, pool])
             await asyncio.sleep(0.4)          # the update's tail (paint), then the next click
-            per_click.append(cpu.seconds())
+            per_click.append((cpu.seconds(), cpu_seconds(server_pid) - s0))
         cpu.stop.set()
         await browser.close()
-    return {"first_page_cpu_s": statistics.median(c for c, _ in first),
-            "first_page_wall_s": statistics.median(w for _, w in first),
-            "click_cpu_s": statistics.median(per_click)}
+    return {"first_page_cpu_s": statistics.median(c for c, _, _ in first),
+            "first_page_wall_s": statistics.median(w for _, w, _ in first),
+            "first_page_server_cpu_s": statistics.median(s for _, _, s in first[1:] or first),
+            "click_cpu_s": statistics.median(c for c, _ in per_click),
+            "click_server_cpu_s": statistics.median(s for _, s in per_click)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pages", type=int, default=3, help="fresh pages per kind (median)")
+    ap.add_argument("--pages", type=int, default=3, help="fresh pages per kind (median; >= 1)")
     ap.add_argument("--clicks", type=int, default=15, help="Step clicks per kind (median)")
     ap.add_argument("--sessions", type=int, default=30, help="N for the least-time column")
     args = ap.parse_args()
+    if args.pages < 1 or args.clicks < 1:
+        ap.error("--pages and --clicks must be at least 1")
 
     import pandas as pd
     from app.screenshots import free_port, wait_healthy
@@ -124,7 +131,8 @@ def main() -> None:
             proc = serve(cwd, target, port)
             try:
                 wait_healthy(port, proc)
-                r = asyncio.run(measure(f"http://127.0.0.1:{port}", pool, args.pages, args.clicks))
+                r = asyncio.run(measure(f"http://127.0.0.1:{port}", proc.pid, pool, args.pages,
+                                        args.clicks))
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)

@@ -87,12 +87,13 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     """One student: open the page; when everyone has (``gates``: opened, choose), choose
     ``label``'s preset; when everyone has (ready, go), click Step ``steps`` times."""
     opened, choose, ready, go = gates
-    ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
-    page = await ctx.new_page()
-    page.set_default_timeout(SETUP_TIMEOUT_MS)
     rec = {"label": label, "latencies": [], "errors": [], "first_page": None, "steps": 0}
-    exceptions = page.locator('[data-testid="stException"]')
+    ctx = None
     try:
+        ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
+        page = await ctx.new_page()
+        page.set_default_timeout(SETUP_TIMEOUT_MS)
+        exceptions = page.locator('[data-testid="stException"]')
         t0 = time.perf_counter()
         await page.goto(url)
         await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
@@ -133,7 +134,8 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     except Exception as exc:                                   # timeouts count as errors
         rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
     finally:
-        await ctx.close()
+        if ctx is not None:
+            await ctx.close()
     out.append(rec)
 
 

@@ -410,3 +410,16 @@ def test_the_reconnect_window_defaults_to_streamlits(monkeypatch):
     monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "soon")
     with pytest.raises(ValueError, match="PAGED_LAB_DISCONNECTED_SECONDS"):
         hosting.disconnected_seconds()
+
+
+def test_the_sweep_of_all_labs_leaves_labs_no_session_shows(monkeypatch):
+    """The process-wide sweep (the sweeper thread, any visit) looks only at labs a Streamlit
+    session shows; a lab used directly (a script, a test) is released only when passed in."""
+    monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "1")
+    shown, direct = _lab(), _lab()
+    shown.session_id = "s"
+    for lab in (shown, direct):
+        lab.touch(now=0.0)
+    assert release_idle_labs(now=10**7) >= 1
+    assert shown.released and not direct.released and direct.engine is not None
+    assert shown.released_why == "idle"
