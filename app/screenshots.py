@@ -36,17 +36,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int, model: str | None = None, log_path: str | None = None
-                 ) -> subprocess.Popen:
+def start_server(port: int, model: str | None = None, log_path: str | None = None,
+                 script: str = "app", cwd: Path | None = None) -> subprocess.Popen:
+    """``streamlit run <script>`` on 127.0.0.1 (the lab by default; another script in ``cwd``,
+    which then needs its own .streamlit/config.toml, for bench/browser_floor.py)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     if model:
         env["PAGED_LAB_MODEL"] = model
     log = open(log_path, "w") if log_path else subprocess.DEVNULL
     return subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app", "--server.port", str(port),
+        [sys.executable, "-m", "streamlit", "run", script, "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1",
          "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        cwd=cwd or ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_healthy(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:

@@ -22,7 +22,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,15 +52,6 @@ CHART = ('import plotly.graph_objects as go; st.plotly_chart(go.Figure(go.Scatte
          'y=[n, n + 1]), layout=dict(title=f"Physical block pool — step {n}")), key="chart", '
          'theme=None)')
 PAGES = {"bare": BARE.replace("CHART", "pass"), "one chart": BARE.replace("CHART", CHART)}
-
-
-def serve(script_dir: Path, target: str, port: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", target, "--server.port", str(port),
-         "--server.headless", "true", "--server.address", "127.0.0.1",
-         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=script_dir, env=dict(os.environ, HF_HUB_OFFLINE="1"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
 async def measure(url: str, server_pid: int, pool: bool, pages: int, clicks: int) -> dict:
@@ -115,7 +105,7 @@ def main() -> None:
         ap.error("--pages and --clicks must be at least 1")
 
     import pandas as pd
-    from app.screenshots import free_port, wait_healthy
+    from app.screenshots import free_port, start_server, stop_server, wait_healthy
     cores = os.cpu_count() or 1
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,14 +118,13 @@ def main() -> None:
         targets.append(("the lab", ROOT, "app", True))
         for name, cwd, target, pool in targets:
             port = free_port()
-            proc = serve(cwd, target, port)
+            proc = start_server(port, script=target, cwd=cwd)
             try:
                 wait_healthy(port, proc)
                 r = asyncio.run(measure(f"http://127.0.0.1:{port}", proc.pid, pool, args.pages,
                                         args.clicks))
             finally:
-                proc.terminate()
-                proc.wait(timeout=10)
+                stop_server(proc)
             r = {"page": name, **r,
                  f"least_s_for_{args.sessions}_first_pages": args.sessions * r["first_page_cpu_s"] / cores}
             rows.append(r)
