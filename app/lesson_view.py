@@ -46,11 +46,12 @@ def current_run(lab) -> LessonRun | None:
 
 def _on_next() -> None:
     lab = st.session_state.lab
-    run = current_run(lab)
-    if run is not None:
-        run.next(lab)
-        st.session_state.pop("w_lesson_answer", None)
-        st.session_state.pop("w_lesson_reveal", None)
+    with lab.in_use():                   # steps the engine: the sweeper must wait
+        run = current_run(lab)
+        if run is not None:
+            run.next(lab)
+            st.session_state.pop("w_lesson_answer", None)
+            st.session_state.pop("w_lesson_reveal", None)
 
 
 def _on_check() -> None:

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
@@ -111,6 +112,9 @@ class Lab:
     session_id: str | None = None               # the Streamlit session showing this lab
     disconnected_since: float | None = None     # when the sweeper first saw it disconnected
     released_why: str = ""                      # "idle" or "disconnected" (the note says which)
+    # held by a script run while it reads or changes the lab (re-entrant: a run's callbacks,
+    # body and fragment take it in turn); the sweeper never releases a lab someone holds
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def __post_init__(self):
         _LABS[id(self)] = self                   # weakly: a closed session's lab just goes
@@ -129,6 +133,14 @@ class Lab:
     def touch(self, now: float | None = None) -> None:
         """The session did something: it is not idle."""
         self.last_active = time.monotonic() if now is None else now
+
+    @contextmanager
+    def in_use(self):
+        """Hold the lab for a part of a script run (a callback, the sidebar, the main view):
+        it counts as activity, and the idle sweeper cannot release it halfway through."""
+        with self._lock:
+            self.touch()
+            yield self
 
     def release(self, why: str = "idle") -> None:
         """Give back the engine (KV pool, history), a replayed trace and the Compare engines;
@@ -316,14 +328,26 @@ def release_idle_labs(now: float | None = None, idle_s: float | None = None,
                 lab.disconnected_since = now
         gone = (lab.disconnected_since is not None and disconnected_s is not None
                 and now - lab.disconnected_since > disconnected_s)
-        idle = bool(idle_s) and not lab.playing and now - lab.last_active > idle_s
-        if gone or idle:
-            lab.release("disconnected" if gone else "idle")
-            released += 1
+        if not (gone or _idle(lab, now, idle_s)):
+            continue
+        if not lab._lock.acquire(blocking=False):
+            continue                     # a script run is using it right now: not idle
+        try:                             # asked again: that run may have just touched it
+            gone = gone and not lab.released
+            if gone or (_idle(lab, now, idle_s) and not lab.released):
+                lab.release("disconnected" if gone else "idle")
+                released += 1
+        finally:
+            lab._lock.release()
     if released:
         log.info("released %d idle or disconnected session(s)", released)
         give_back_memory()
     return released
+
+
+def _idle(lab: Lab, now: float, idle_s: float | None) -> bool:
+    """Idle past the limit; a playing lab is never idle."""
+    return bool(idle_s) and not lab.playing and now - lab.last_active > idle_s
 
 
 def give_back_memory() -> None:

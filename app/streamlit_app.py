@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import fields
 from pathlib import Path
 
@@ -144,11 +144,12 @@ def guarded(callback):
     """A widget callback whose unexpected exception becomes the lab's error message."""
     @functools.wraps(callback)
     def run(*args, **kwargs):
+        lab = st.session_state.get("lab")
         try:
-            return callback(*args, **kwargs)
+            with lab.in_use() if lab is not None else nullcontext():
+                return callback(*args, **kwargs)
         except Exception as exc:
             log.exception("unexpected error in %s", callback.__name__)
-            lab = st.session_state.get("lab")
             if lab is not None:
                 lab.error = unexpected_message(exc)
     return run
@@ -183,15 +184,15 @@ def get_lab() -> Lab:
         st.session_state.w_semantics = lab.settings.semantics
         _load_widgets(lab.settings)
     lab = st.session_state.lab
-    lab.touch()
-    try:
-        hosting.apply_torch_threads()
-        start_idle_sweeper(is_connected=_session_connected)
-        release_idle_labs(is_connected=_session_connected)   # any visit also sweeps
-    except ValueError as exc:            # e.g. a bad PAGED_LAB_IDLE_MINUTES
-        log.error("server settings: %s", exc)
-    if lab.released:                     # this session was idle: a fresh engine, and a note
-        lab.revive()
+    with lab.in_use():                   # touched first: the sweep below never takes this one
+        try:
+            hosting.apply_torch_threads()
+            start_idle_sweeper(is_connected=_session_connected)
+            release_idle_labs(is_connected=_session_connected)   # any visit also sweeps
+        except ValueError as exc:        # e.g. a bad PAGED_LAB_IDLE_MINUTES
+            log.error("server settings: %s", exc)
+        if lab.released:                 # this session was idle: a fresh engine, and a note
+            lab.revive()
     return lab
 
 
@@ -618,8 +619,8 @@ def main_area() -> None:
     lab: Lab | None = st.session_state.get("lab")
     if lab is None:                      # get_lab failed: its short error is already shown
         return
-    lab.touch()                          # Play's timer reruns only this fragment
-    with short_errors("the lab"):
+    # in use while drawn (Play's timer reruns only this fragment, so this is its activity)
+    with lab.in_use(), short_errors("the lab"):
         _main_area(lab)
 
 
@@ -674,5 +675,6 @@ st.html(KEYS_JS, unsafe_allow_javascript=True)
 st.html(STEP_QUEUE_JS, unsafe_allow_javascript=True)
 with short_errors("the page"):
     _lab = get_lab()
-    sidebar(_lab)
+    with _lab.in_use():
+        sidebar(_lab)
 main_area()

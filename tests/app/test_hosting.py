@@ -249,6 +249,31 @@ def test_an_idle_session_is_released_and_comes_back_fresh(monkeypatch):
     assert release_idle_labs(now=10**9, labs=[lab]) == 0
 
 
+def test_a_lab_in_use_is_not_released_halfway_through_a_run(monkeypatch):
+    """The sweeper runs in its own thread: a lab a script run holds (a callback, the main
+    view being drawn) is left alone, and a run that just touched it makes it not idle."""
+    monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "1")
+    lab = _lab()
+    lab.touch(now=0.0)
+    holding, done = threading.Event(), threading.Event()
+
+    def draw():
+        with lab._lock:                  # a run in progress (in_use without the touch)
+            holding.set()
+            done.wait(10)
+    t = threading.Thread(target=draw)
+    t.start()
+    holding.wait(10)
+    try:
+        assert release_idle_labs(now=10**7, labs=[lab]) == 0 and lab.engine is not None
+    finally:
+        done.set()
+        t.join()
+    with lab.in_use():                   # a new run: the lab is active again
+        assert release_idle_labs(now=lab.last_active + 30, labs=[lab]) == 0
+    assert release_idle_labs(now=lab.last_active + 61, labs=[lab]) == 1 and lab.engine is None
+
+
 def test_the_sweeper_thread_starts_once(monkeypatch):
     monkeypatch.setattr(app.state, "_sweeper", None)
     before = threading.active_count()
