@@ -10,10 +10,12 @@ clicking phase) and its share of one core, the sessions' Chromium CPU per click 
 page, how busy the whole machine was while clicking, lost clicks (clicks minus steps the page
 shows at the end), errors (exceptions on a page, timeouts), cross-talk (a page showing another
 session's scenario or step count), server RSS before / peak / 30 s after the sessions closed,
-and MiB per session ((peak - before) / N; "before" is read after one warm-up page load, so the
-model's weights are already in it).
+and MiB per session ((peak - before) / N). RSS "cold" is read after one warm-up page (the
+model's weights are loaded); "before" after one more session has stepped every preset to its
+end, so what the server does once per process is not counted as the sessions' growth
+(``--cold``: skip that, "before" = "cold").
 
-Usage: python bench/load.py [--sessions 1 5 15 30] [--steps 50] [--settle 30]
+Usage: python bench/load.py [--sessions 1 5 15 30] [--steps 50] [--settle 30] [--expired 150]
 """
 from __future__ import annotations
 
@@ -68,7 +70,13 @@ def pct(values, q):
 # (Plotly has drawn it). One MutationObserver in the page instead of Playwright's polling of
 # text locators, which scans the whole DOM many times per click: in a one-session profile
 # that polling cost Chromium ~0.17 s of CPU per click, as much as the page's own update.
-SHOWN_JS = """([n, timeoutMs, pool = true]) => new Promise((resolve, reject) => {
+# The page keeps the promise (window.__shownWaits) until it settles: V8's inspector tracks an
+# awaited promise through a weak handle (explained in spaceagetv/electron-playwright-helpers#110),
+# and one collected meanwhile failed a 15-session run's wait with "Resulting promise was garbage
+# collected": an error of the bench, not of the app.
+SHOWN_JS = """([n, timeoutMs, pool = true]) => {
+ const waits = window.__shownWaits = window.__shownWaits || new Set();
+ const wait = new Promise((resolve, reject) => {
   const marker = 'rendered step ' + n, title = 'Physical block pool — step ' + n;
   const shown = () =>
     [...document.querySelectorAll('[data-testid="stCaptionContainer"]')].some(e => e.textContent === marker) &&
@@ -78,9 +86,53 @@ SHOWN_JS = """([n, timeoutMs, pool = true]) => new Promise((resolve, reject) => 
   const timer = setTimeout(() => { mo.disconnect(); reject(new Error(marker + ' not shown')); }, timeoutMs);
   const mo = new MutationObserver(() => { if (shown()) { clearTimeout(timer); mo.disconnect(); resolve(true); } });
   mo.observe(document.body, {subtree: true, childList: true, characterData: true});
-})"""
+ });
+ waits.add(wait);
+ wait.then(() => waits.delete(wait), () => waits.delete(wait));
+ return wait;
+}"""
 SETUP_TIMEOUT_MS = 300_000      # a starved browser is slow, not broken: only a real hang errs
 CLICK_TIMEOUT_MS = 120_000
+
+
+async def choose_preset(page, label: str) -> None:
+    """Pick ``label`` in the sidebar's scenario box and wait until its step 0 is drawn."""
+    await page.locator('section[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
+    await page.get_by_role("option", name=label).click()
+    await page.get_by_role("heading", name=label).wait_for()
+    await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
+
+
+async def click_steps(page, steps: int, rec: dict) -> None:
+    """Click Step up to ``steps`` times (until the preset finishes), each click waiting until
+    the page shows the next step; latencies and the count go into ``rec``."""
+    button = page.locator(".st-key-step_btn button").first
+    for i in range(steps):
+        if await button.is_disabled():
+            break                                  # the preset's requests finished
+        box = await button.bounding_box()
+        t = time.perf_counter()
+        await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        await page.evaluate(SHOWN_JS, [i + 1, CLICK_TIMEOUT_MS])
+        rec["latencies"].append(time.perf_counter() - t)
+        rec["steps"] += 1
+
+
+async def warm_up(browser, url, labels, steps) -> None:
+    """One session steps every preset to its end, one after the other, so that what the server
+    does once per process (imports, Plotly's figure classes, tokenizer caches, the heap's first
+    growth) happens before RSS "before" is read, not during the measured run."""
+    ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = await ctx.new_page()
+        page.set_default_timeout(SETUP_TIMEOUT_MS)
+        await page.goto(url)
+        await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
+        for label in labels:
+            await choose_preset(page, label)
+            await click_steps(page, steps, {"latencies": [], "steps": 0})
+    finally:
+        await ctx.close()
 
 
 async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
@@ -105,10 +157,7 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     await choose.wait()
     try:
         if not rec["errors"]:
-            await page.locator('section[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
-            await page.get_by_role("option", name=label).click()
-            await page.get_by_role("heading", name=label).wait_for()
-            await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
+            await choose_preset(page, label)
             log("preset chosen", label)
     except Exception as exc:
         rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
@@ -117,16 +166,7 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     try:
         if rec["errors"]:
             raise RuntimeError("not ready")
-        button = page.locator(".st-key-step_btn button").first
-        for i in range(steps):
-            if await button.is_disabled():
-                break                                  # the preset's requests finished
-            box = await button.bounding_box()
-            t = time.perf_counter()
-            await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-            await page.evaluate(SHOWN_JS, [i + 1, CLICK_TIMEOUT_MS])
-            rec["latencies"].append(time.perf_counter() - t)
-            rec["steps"] += 1
+        await click_steps(page, steps, rec)
         shown_step = await page.get_by_text("rendered step", exact=False).last.inner_text()
         rec["shown_step"] = int(shown_step.rsplit(" ", 1)[-1])
         rec["heading_ok"] = await page.get_by_role("heading", name=label).count() == 1
@@ -192,19 +232,24 @@ def machine_busy_seconds() -> float:
 from app.screenshots import STEP_BUTTON  # noqa: E402
 
 
-async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None) -> dict:
+async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None,
+                    warm_presets: bool = True) -> dict:
     from playwright.async_api import async_playwright
     from app.screenshots import CHROMIUM_ARGS
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=chromium, headless=True,
                                           args=CHROMIUM_ARGS,
                                           ignore_default_args=["--headless=new"])
-        # warm up: one page, so the weights are loaded before RSS "before" is read
+        # warm up: one page, so the weights are loaded ("cold" RSS); then, unless --cold, one
+        # session steps every preset, so "before" is a server that has done it all once
         warm = await browser.new_context()
         page = await warm.new_page()
         await page.goto(url, timeout=SETUP_TIMEOUT_MS)
         await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
         await warm.close()
+        rss_cold = rss_mib(pid)
+        if warm_presets:
+            await warm_up(browser, url, labels, steps)
         rss_before = rss_mib(pid)
         peak = RssPeak(pid)
         peak.start()
@@ -240,7 +285,8 @@ async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None) -
         await browser.close()
         peak.stop.set()
     return dict(recs=recs, wall=wall, cpu=cpu, browser_cpu=browser_cpu, machine_busy=busy,
-                first_browser_cpu=first_browser_cpu, rss_before=rss_before, peak=peak.peak)
+                first_browser_cpu=first_browser_cpu, rss_cold=rss_cold, rss_before=rss_before,
+                peak=peak.peak)
 
 
 def main() -> None:
@@ -253,6 +299,9 @@ def main() -> None:
                     help="also read RSS this many seconds after the sessions closed (past "
                          "Streamlit's disconnectedSessionTTL, 120 s by default), e.g. 150")
     ap.add_argument("--model", default=None, help="PAGED_LAB_MODEL for the server")
+    ap.add_argument("--cold", action="store_true",
+                    help="read RSS \"before\" after one page only, without first stepping "
+                         "every preset once in one session")
     ap.add_argument("--verbose", action="store_true", help="print each session's progress")
     args = ap.parse_args()
 
@@ -270,7 +319,8 @@ def main() -> None:
             url = f"http://127.0.0.1:{port}"
             level = asyncio.run(
                 run_level(n, url, proc.pid, args.steps, labels, CHROMIUM,
-                          log=print if args.verbose else lambda *a: None))
+                          log=print if args.verbose else lambda *a: None,
+                          warm_presets=not args.cold))
             time.sleep(args.settle)
             rss_after = rss_mib(proc.pid)
             if args.expired:
@@ -306,7 +356,8 @@ def main() -> None:
             "machine_busy_%": 100 * level["machine_busy"] / (wall * os.cpu_count())
             if wall else float("nan"),
             "clicks": clicks, "lost_clicks": lost, "errors": sum(len(r["errors"]) for r in recs),
-            "cross_talk": cross, "rss_before_mib": rss0, "rss_peak_mib": peak,
+            "cross_talk": cross, "rss_cold_mib": level["rss_cold"], "rss_before_mib": rss0,
+            "rss_peak_mib": peak,
             "rss_after_mib": rss_after, "mib_per_session": (peak - rss0) / n,
             **({"rss_after_expiry_mib": rss_expired} if args.expired else {}),
         })
