@@ -9,7 +9,10 @@ gave 8 steps and 6 clicks 20 ms apart gave 4.
 So the page itself holds a Step (click or →) made while the previous one is still being served
 and sends it when the app is idle again, one at a time: every click is one rerun, one step.
 "Being served" is read off Streamlit's own run state (``data-test-script-state`` on the app
-element: ``running`` / ``notRunning``), with a 3 s fallback in case a click caused no run.
+element: ``running`` / ``notRunning``). A quick run can start and end within one update of the
+page, so that attribute never changes: such a Step is over once the page draws its step (the
+view's last line, "rendered step N", differs from when it was sent). Before that check, 1 Step
+in about 5 waited for the 3 s fallback that is left for a click that caused no run at all.
 """
 from __future__ import annotations
 
@@ -28,10 +31,18 @@ if (!window.__pagedLabStepQueue) {
     const shown = [...document.querySelectorAll(STEP)].filter((b) => b.offsetParent !== null);
     return shown.length ? shown[shown.length - 1] : null;
   };
-  let inflight = false, sawRun = false, since = 0, queued = 0, replaying = false;
+  const MARKER = '[data-testid="stCaptionContainer"]';
+  const shownStep = () => {            // the view's last line: "rendered step N"
+    const m = [...document.querySelectorAll(MARKER)].map((e) => e.textContent)
+      .filter((t) => t.startsWith("rendered step "));
+    return m.length ? m[m.length - 1] : null;
+  };
+  let inflight = false, sawRun = false, since = 0, queued = 0, replaying = false, sentAt = null;
   Object.defineProperties(window.__pagedLabStepQueue, {
     inflight: {get: () => inflight}, queued: {get: () => queued}});
-  const sent = () => { inflight = true; sawRun = false; since = performance.now(); };
+  const sent = () => {
+    inflight = true; sawRun = false; since = performance.now(); sentAt = shownStep();
+  };
   const release = () => {
     inflight = false;
     if (queued === 0) return;
@@ -53,11 +64,11 @@ if (!window.__pagedLabStepQueue) {
                    attributeFilter: ["data-test-script-state"]});
   };
   watch();
-  setInterval(() => {           // a click that started no run must not hold the queue forever
+  setInterval(() => {           // a run the state never showed; a click that started no run
     const a = app();
-    if (inflight && !sawRun && a && !busyState(a.dataset.testScriptState)
-        && performance.now() - since > 3000) release();
-  }, 500);
+    if (!inflight || sawRun || !a || busyState(a.dataset.testScriptState)) return;
+    if (shownStep() !== sentAt || performance.now() - since > 3000) release();
+  }, 100);
   document.addEventListener("click", (e) => {
     if (!isStep(e.target)) return;
     if (replaying) { replaying = false; sent(); return; }

@@ -18,6 +18,8 @@ from app.screenshots import (CHROMIUM, click_step, exceptions_on, free_port, lau
                              rendered_step, select_scenario, start_server, step_button,
                              stop_server, wait_healthy, wait_rendered)
 
+from app.step_queue import STEP_QUEUE_JS
+
 from .conftest import MODEL, needs_model
 
 try:
@@ -283,6 +285,38 @@ def test_quick_clicks_are_never_lost(server, browser):
     assert rendered_step(page) == 20
     assert page.get_by_text("Step 20 of 20", exact=False).count() == 1
     assert not exceptions_on(page)
+    page.close()
+
+
+# the parts of Streamlit's page the queue reads: the app's run state, the Step button, the
+# view's last line; the button counts the clicks that reach it
+QUEUE_PAGE = """<div data-testid="stApp" data-test-script-state="notRunning">
+<div class="st-key-step_btn"><button onclick="window.sent = (window.sent || 0) + 1">Step</button></div>
+<div data-testid="stCaptionContainer">rendered step 0</div></div>""" + STEP_QUEUE_JS
+
+
+def test_the_click_queue_releases_a_step_whose_run_the_state_never_showed(browser):
+    """A quick run can start and end within one update of the page, so Streamlit's run state
+    never reads "running": the queue then lets the next click go as soon as the step is drawn,
+    not after its 3 s fallback (measured before: now and then a click took 3.0-3.3 s)."""
+    page = browser.new_page()
+    page.set_content(QUEUE_PAGE)
+    step = page.locator("button")
+    step.click()                                       # sent: the queue waits for its run
+    step.click()                                       # held while the first is served
+    assert page.evaluate("[window.sent, window.__pagedLabStepQueue.queued]") == [1, 1]
+    t0 = time.perf_counter()
+    page.evaluate("""document.querySelector('[data-testid="stCaptionContainer"]')
+                     .textContent = 'rendered step 1'""")      # drawn; the state never changed
+    page.wait_for_function("window.sent === 2", timeout=2_000)
+    assert time.perf_counter() - t0 < 1.0
+    # the usual way: the run state goes running -> notRunning, then the held click goes
+    step.click()
+    assert page.evaluate("[window.sent, window.__pagedLabStepQueue.queued]") == [2, 1]
+    page.evaluate("""(() => { const a = document.querySelector('[data-testid="stApp"]');
+                     a.dataset.testScriptState = 'running';
+                     setTimeout(() => { a.dataset.testScriptState = 'notRunning'; }, 50); })()""")
+    page.wait_for_function("window.sent === 3", timeout=2_000)
     page.close()
 
 
