@@ -140,7 +140,10 @@ class Lab:
         it counts as activity, and the idle sweeper cannot release it halfway through."""
         with self._lock:
             self.touch()
-            yield self
+            try:
+                yield self
+            finally:
+                self.touch()             # a long run (Run 200 steps) is activity to its end
 
     def release(self, why: str = "idle") -> None:
         """Give back the engine (KV pool, history), a replayed trace and the Compare engines;
@@ -332,8 +335,9 @@ def release_idle_labs(now: float | None = None, idle_s: float | None = None,
             continue
         if not lab._lock.acquire(blocking=False):
             continue                     # a script run is using it right now: not idle
-        try:                             # asked again: that run may have just touched it
-            gone = gone and not lab.released
+        try:                 # asked again: a run may have just touched it, or the tab come back
+            gone = gone and not lab.released and not (is_connected is not None
+                                                      and is_connected(lab.session_id))
             if gone or (_idle(lab, now, idle_s) and not lab.released):
                 lab.release("disconnected" if gone else "idle")
                 released += 1

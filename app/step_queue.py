@@ -11,8 +11,10 @@ and sends it when the app is idle again, one at a time: every click is one rerun
 "Being served" is read off Streamlit's own run state (``data-test-script-state`` on the app
 element: ``running`` / ``notRunning``). A quick run can start and end within one update of the
 page, so that attribute never changes: such a Step is over once the page draws its step (the
-view's last line, "rendered step N", differs from when it was sent). Before that check, 1 Step
-in about 5 waited for the 3 s fallback that is left for a click that caused no run at all.
+view's last line, "rendered step N", differs from when it was sent), unless another run was
+under way or Play was on when it was sent (their steps redraw that line too). Before that
+check, now and then (about one click in 20 in one-session runs) a click was held for the 3 s
+fallback that is left for a click that caused no run at all.
 """
 from __future__ import annotations
 
@@ -37,11 +39,17 @@ if (!window.__pagedLabStepQueue) {
       .filter((t) => t.startsWith("rendered step "));
     return m.length ? m[m.length - 1] : null;
   };
-  let inflight = false, sawRun = false, since = 0, queued = 0, replaying = false, sentAt = null;
+  let inflight = false, sawRun = false, since = 0, queued = 0, replaying = false, sentAt;
   Object.defineProperties(window.__pagedLabStepQueue, {
     inflight: {get: () => inflight}, queued: {get: () => queued}});
+  const playing = () => {
+    const b = document.querySelector(".st-key-play_btn button");
+    return !!(b && b.textContent.includes("Pause"));
+  };
   const sent = () => {
-    inflight = true; sawRun = false; since = performance.now(); sentAt = shownStep();
+    inflight = true; sawRun = false; since = performance.now();
+    const a = app();      // the drawn line tells this Step's end only if no other run draws it
+    sentAt = (a && busyState(a.dataset.testScriptState)) || playing() ? undefined : shownStep();
   };
   const release = () => {
     inflight = false;
@@ -67,7 +75,9 @@ if (!window.__pagedLabStepQueue) {
   setInterval(() => {           // a run the state never showed; a click that started no run
     const a = app();
     if (!inflight || sawRun || !a || busyState(a.dataset.testScriptState)) return;
-    if (shownStep() !== sentAt || performance.now() - since > 3000) release();
+    if ((sentAt !== undefined && shownStep() !== sentAt) || performance.now() - since > 3000) {
+      release();
+    }
   }, 100);
   document.addEventListener("click", (e) => {
     if (!isStep(e.target)) return;

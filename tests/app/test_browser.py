@@ -305,6 +305,8 @@ def test_the_click_queue_releases_a_step_whose_run_the_state_never_showed(browse
     step.click()                                       # sent: the queue waits for its run
     step.click()                                       # held while the first is served
     assert page.evaluate("[window.sent, window.__pagedLabStepQueue.queued]") == [1, 1]
+    page.wait_for_timeout(500)                         # nothing drawn yet: still held
+    assert page.evaluate("[window.sent, window.__pagedLabStepQueue.queued]") == [1, 1]
     t0 = time.perf_counter()
     page.evaluate("""document.querySelector('[data-testid="stCaptionContainer"]')
                      .textContent = 'rendered step 1'""")      # drawn; the state never changed

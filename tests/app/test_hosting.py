@@ -428,6 +428,20 @@ def test_a_disconnected_session_is_released_after_the_reconnect_window(monkeypat
     assert sweep(2000.0) == 0 and sweep(10**6) == 0 and here.engine is not None
 
 
+def test_a_tab_that_came_back_is_not_released_by_a_stale_reading(monkeypatch):
+    """Past the window by the first reading, but connected again when the sweeper holds the
+    lab: it is asked again under the lock and kept."""
+    monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "30")
+    lab = _lab()
+    lab.session_id = "s"
+    lab.touch(now=1000.0)
+    assert release_idle_labs(now=1001.0, labs=[lab], is_connected=lambda sid: False) == 0
+    answers = iter([False, True])                    # gone at first look, back under the lock
+    assert release_idle_labs(now=1040.0, labs=[lab], is_connected=lambda sid: next(answers)) == 0
+    assert not lab.released and lab.engine is not None
+    assert release_idle_labs(now=1041.0, labs=[lab], is_connected=lambda sid: False) == 1
+
+
 def test_the_reconnect_window_defaults_to_streamlits(monkeypatch):
     import streamlit as st
     monkeypatch.delenv("PAGED_LAB_DISCONNECTED_SECONDS", raising=False)
