@@ -335,10 +335,11 @@ def release_idle_labs(now: float | None = None, idle_s: float | None = None,
             continue
         if not lab._lock.acquire(blocking=False):
             continue                     # a script run is using it right now: not idle
-        try:                 # asked again: a run may have just touched it, or the tab come back
-            gone = gone and not lab.released and not (is_connected is not None
-                                                      and is_connected(lab.session_id))
-            if gone or (_idle(lab, now, idle_s) and not lab.released):
+        try:                 # asked again: a run may have just touched it, the tab come
+            if lab.released:     # back, or another sweep released it meanwhile
+                continue
+            gone = gone and not (is_connected is not None and is_connected(lab.session_id))
+            if gone or _idle(lab, now, idle_s):
                 lab.release("disconnected" if gone else "idle")
                 released += 1
         finally:

@@ -33,7 +33,7 @@ if __package__ in (None, ""):          # python bench/X.py: make the repo import
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ROOT, write_results  # noqa: E402
-from bench.load import SHOWN_JS, BrowserCpu, cpu_seconds  # noqa: E402
+from bench.load import SHOWN_JS, BrowserCpu, cpu_seconds, fresh_page  # noqa: E402
 
 BARE = '''
 import streamlit as st
@@ -102,8 +102,7 @@ async def measure(url: str, server_pid: int, pool: bool, pages: int, clicks: int
         for _ in range(pages):
             if ctx is not None:
                 await ctx.close()
-            ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
-            page = await ctx.new_page()
+            ctx, page = await fresh_page(browser)
             await asyncio.sleep(0.5)
             cpu.mark()
             s0, t0 = cpu_seconds(server_pid), time.perf_counter()

@@ -95,6 +95,14 @@ SETUP_TIMEOUT_MS = 300_000      # a starved browser is slow, not broken: only a 
 CLICK_TIMEOUT_MS = 120_000
 
 
+async def fresh_page(browser):
+    """A new student: a fresh browser context (nothing cached) and its page, 1280x720."""
+    ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
+    page = await ctx.new_page()
+    page.set_default_timeout(SETUP_TIMEOUT_MS)
+    return ctx, page
+
+
 async def choose_preset(page, label: str) -> None:
     """Pick ``label`` in the sidebar's scenario box and wait until its step 0 is drawn."""
     await page.locator('section[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
@@ -122,10 +130,8 @@ async def warm_up(browser, url, labels, steps) -> None:
     """One session steps every preset to its end, one after the other, so that what the server
     does once per process (imports, Plotly's figure classes, tokenizer caches, the heap's first
     growth) happens before RSS "before" is read, not during the measured run."""
-    ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
+    ctx, page = await fresh_page(browser)
     try:
-        page = await ctx.new_page()
-        page.set_default_timeout(SETUP_TIMEOUT_MS)
         await page.goto(url)
         await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
         for label in labels:
@@ -142,9 +148,7 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     rec = {"label": label, "latencies": [], "errors": [], "first_page": None, "steps": 0}
     ctx = None
     try:
-        ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
-        page = await ctx.new_page()
-        page.set_default_timeout(SETUP_TIMEOUT_MS)
+        ctx, page = await fresh_page(browser)
         exceptions = page.locator('[data-testid="stException"]')
         t0 = time.perf_counter()
         await page.goto(url)
