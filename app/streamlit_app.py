@@ -392,11 +392,15 @@ def _on_latest() -> None:
 def controls(lab: Lab) -> None:
     """Buttons act in callbacks (before the page is drawn, so every button's state is current);
     Run N steps inline to show its progress bar; Play re-arms the fragment's timer."""
+    # Step and Back carry no tooltip (their keys are in the presenter row's caption): they are
+    # clicked over and over with the mouse resting on them, and a tooltip is drawn afresh after
+    # every rerun under a resting mouse, ~0.06 s of the browser's CPU per click (measured with
+    # bench/browser_floor.py's harness; see README "Many people at once").
     c = st.columns([1.1, 1, 0.9, 1.2, 1.2, 1, 1.3])
     c[0].button("⟲ Reset", width="stretch", disabled=lab.replaying, key="reset_btn",
                 on_click=_on_reset, help="rebuild the engine from the applied settings (key: r)")
     c[1].button("Step", type="primary", width="stretch", disabled=lab.finished, key="step_btn",
-                on_click=_on_step, shortcut="Right", help="one engine step (key: →)")
+                on_click=_on_step, shortcut="Right")
     run_n = int(c[2].number_input("N", min_value=1, max_value=200, value=10, key="w_run_n",
                                   label_visibility="collapsed"))
     run = c[3].button(f"Run {run_n}", width="stretch", disabled=lab.finished, key="run_btn")
@@ -404,7 +408,7 @@ def controls(lab: Lab) -> None:
                        disabled=lab.finished and not lab.playing, key="play_btn",
                        shortcut="Space", help="step on its own at the Play speed (key: space)")
     c[5].button("◀ Back", width="stretch", disabled=lab.index() == 0, key="back_btn",
-                on_click=_on_back, shortcut="Left", help="one step back in the history (key: ←)")
+                on_click=_on_back, shortcut="Left")
     c[6].button("Latest ▶▶", width="stretch", key="latest_btn", on_click=_on_latest,
                 disabled=lab.index() >= len(lab.snapshots()) - 1)
     if run:
@@ -426,8 +430,18 @@ def play_interval() -> float:
     return 1.0 / float(st.session_state.get("w_speed", 1.0))
 
 
+def _rerun_whole_page() -> None:
+    """For a widget in the main view's fragment whose change the whole page must draw: a
+    callback cannot rerun the page itself (st.rerun is a no-op there), so it leaves this flag
+    for the fragment run it triggers (main_area); a whole-page run clears it unread."""
+    st.session_state._rerun_page = True
+
+
 def _on_speed() -> None:
-    st.session_state.lab.last_tick = 0.0
+    lab = st.session_state.lab
+    lab.last_tick = 0.0
+    if lab.playing:                      # the fragment's timer is armed at the old pace
+        _rerun_whole_page()
 
 
 def presenter_row(lab: Lab) -> None:
@@ -436,7 +450,8 @@ def presenter_row(lab: Lab) -> None:
     a.select_slider("Play speed (steps per second)", options=PLAY_SPEEDS, key="w_speed",
                     on_change=_on_speed,
                     help="how fast Play steps; the timer restarts at the new speed")
-    b.toggle("Projector", key="w_projector",
+    # the projector style is drawn by the whole page, outside this fragment
+    b.toggle("Projector", key="w_projector", on_change=_rerun_whole_page,
              help="hides the sidebar and enlarges the type for a 1280×720 projector; keys: "
                   "→ step, ← back, space play/pause, r reset")
     c.caption("Keys: **→** step · **←** back · **space** play/pause · **r** reset")
@@ -616,6 +631,8 @@ def export_tab(lab: Lab, snaps) -> None:
 @st.fragment(run_every=play_interval() if st.session_state.get("lab") and
              st.session_state.lab.playing else None)
 def main_area() -> None:
+    if st.session_state.pop("_rerun_page", False):
+        st.rerun(scope="app")            # see _rerun_whole_page
     lab: Lab | None = st.session_state.get("lab")
     if lab is None:                      # get_lab failed: its short error is already shown
         return
@@ -677,4 +694,5 @@ with short_errors("the page"):
     _lab = get_lab()
     with _lab.in_use():
         sidebar(_lab)
+st.session_state.pop("_rerun_page", None)    # this run is the whole page already
 main_area()

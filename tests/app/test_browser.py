@@ -248,6 +248,50 @@ def test_keyboard_shortcuts_and_play_speed(server, browser):
     page.close()
 
 
+def test_play_speed_changed_while_playing_takes_effect(server, browser):
+    """The speed slider lives in the main view's fragment, whose Play timer is set when the
+    whole page runs: a change while Play is on must re-arm it (it once kept the old pace)."""
+    url, _ = server
+    page = browser.new_page()
+    _open_with_max_tokens(page, url, 60)
+    speed = page.get_by_role("slider", name="Play speed (steps per second)")
+    speed.focus()
+    page.keyboard.press("ArrowLeft")                                     # 1 -> 0.5 steps/s
+    pw.expect(speed).to_have_attribute("aria-valuetext", "0.5", timeout=10_000)
+    page.get_by_role("button", name="▶ Play").click()
+    pw.expect(page.get_by_role("button", name="⏸ Pause")).to_be_visible(timeout=20_000)
+    _wait_past(page, 0)
+    slow = _play_rate(page, 5.0)
+    for value in ("1.0", "2.0", "3.0"):                                  # while Play runs
+        speed.focus()
+        page.keyboard.press("ArrowRight")
+        pw.expect(speed).to_have_attribute("aria-valuetext", value, timeout=10_000)
+    _wait_past(page, rendered_step(page))
+    fast = _play_rate(page, 4.0)
+    page.get_by_role("button", name="⏸ Pause").click()
+    print(f"\nPlay: {slow:.2f} steps/s at 0.5, then {fast:.2f} steps/s after moving to 3 "
+          "while playing")
+    assert slow <= 0.75 and fast >= 2 * slow, "a speed change while playing did not take effect"
+    assert not exceptions_on(page)
+    page.close()
+
+
+def test_projector_toggle_changes_the_layout_at_once(server, browser):
+    """The toggle is drawn in the main view's fragment, the projector style by the whole page:
+    turning it on hides the sidebar straight away, turning it off brings it back."""
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    sidebar = page.locator('section[data-testid="stSidebar"]')
+    pw.expect(sidebar).to_be_visible()
+    page.get_by_text("Projector", exact=True).click()
+    pw.expect(sidebar).to_be_hidden(timeout=10_000)
+    page.get_by_text("Projector", exact=True).click()
+    pw.expect(sidebar).to_be_visible(timeout=10_000)
+    assert not exceptions_on(page)
+    page.close()
+
+
 RUNS_DONE_JS = """() => {          // counts finished script runs (Streamlit's run state on the app)
   if (window.__runsDone !== undefined) return;
   window.__runsDone = 0;
