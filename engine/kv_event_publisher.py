@@ -5,9 +5,12 @@ none for a step without changes), translated from the engine's own events:
 
 - ``Cached`` -> ``BlockStored``: consecutive Cached events of one sequence whose hashes chain
   become one BlockStored with several hashes (vLLM emits one per request and step);
-- ``Evict`` -> ``BlockRemoved``, one per block as vLLM does. vLLM evicts while it allocates,
-  before it caches, so an eviction is moved ahead of the BlockStored being built unless that
-  BlockStored already holds the evicted hash (then order matters and is kept);
+- ``Evict`` -> ``BlockRemoved``, one per block as vLLM does. vLLM evicts while it allocates a
+  request's blocks, before it caches that request's blocks (``allocate_slots``: get_new_blocks,
+  then cache_full_blocks), request after request. So an eviction for the request whose
+  BlockStored is being built is moved ahead of it, unless that BlockStored already holds the
+  evicted hash (then order matters and is kept); an eviction for another request (the one the
+  next allocation names) follows it: R(A) S(A) R(B) S(B), as vLLM sends them;
 - ``CacheReset`` -> ``AllBlocksCleared``.
 
 Hashes go out as bytes (the sha256 digest behind the engine's hex text), medium "GPU",
@@ -58,7 +61,16 @@ def to_kv_events(events, block_size: int, medium: str = MEDIUM_GPU, engine=None)
     run_at = 0                         # its index in ``out``
     run_seq = None
     extra_keys_of = None
-    for e in events:
+    # an eviction is for the request of the next event that names one (its Alloc / SwapIn)
+    owner: dict[int, int | None] = {}
+    next_seq = None
+    for i in range(len(events) - 1, -1, -1):
+        e = events[i]
+        if e.kind == "evict":
+            owner[i] = next_seq
+        else:
+            next_seq = getattr(e, "seq_id", next_seq)
+    for i, e in enumerate(events):
         kind = e.kind
         if kind not in _KV_KINDS:
             continue
@@ -81,7 +93,7 @@ def to_kv_events(events, block_size: int, medium: str = MEDIUM_GPU, engine=None)
         elif kind == "evict":
             h = bytes.fromhex(e.block_hash)
             removed = BlockRemoved([h], medium, 0)
-            if run is not None and h not in run.block_hashes:
+            if run is not None and run_seq == owner[i] and h not in run.block_hashes:
                 out.insert(run_at, removed)
                 run_at += 1
             else:

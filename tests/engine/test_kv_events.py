@@ -568,6 +568,34 @@ def test_engine_events_translate_like_vllm_groups_them():
     assert to_kv_events([ev.Alloc(1, 0, 0), ev.Free(0)], BS) == []
 
 
+def test_two_requests_in_one_step_send_their_events_request_by_request():
+    """vLLM's allocate_slots evicts a request's new blocks, then caches its full blocks, one
+    request after the other: R(A) S(A) R(B) S(B). An eviction for the next request must not be
+    moved ahead of the previous request's BlockStored."""
+    from engine.kv_cache_manager_v1 import KVCacheManagerV1
+    from engine.sequence import Sequence
+    events: list = []
+    kv = KVCacheManagerV1(5, BS, True, events.append)      # 4 usable blocks (block 0 is null)
+    for i, toks in enumerate([range(100, 108), range(200, 208)]):     # fill the cache, free
+        seq = Sequence(i, str(i), list(toks), len(toks))
+        kv.allocate_slots(seq, 8)
+        kv.free(seq)
+    old = {e.block_hash for e in events if e.kind == "cached"}
+    events.clear()
+    stored = []
+    for i, toks in enumerate([range(300, 305), range(400, 405)], start=10):   # one step
+        seq = Sequence(i, str(i), list(toks), len(toks))
+        assert kv.allocate_slots(seq, 5, kv.get_computed_blocks(seq)) is not None
+        stored.append([e.block_hash for e in events if e.kind == "cached"
+                       and e.seq_id == i])
+    out = to_kv_events(events, BS)
+    assert [type(e).__name__ for e in out] == ["BlockRemoved", "BlockRemoved", "BlockStored",
+                                               "BlockRemoved", "BlockRemoved", "BlockStored"]
+    assert [out[2].block_hashes, out[5].block_hashes] == [
+        [bytes.fromhex(h) for h in hs] for hs in stored]
+    assert {h.hex() for e in out if isinstance(e, BlockRemoved) for h in e.block_hashes} <= old
+
+
 def test_prefix_cache_view_splits_tokens_and_counts():
     view = PrefixCacheView()
     a, b2 = b"a" * 32, b"b" * 32
