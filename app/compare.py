@@ -81,6 +81,10 @@ def compare_table(cmp: Comparison) -> pd.DataFrame:
             "prefix-cache hits (blocks)": _count(e, "prefix_hit"),
             "prefix_cache_queries / hits (tokens)":
                 f"{st.prefix_cache_queries} / {st.prefix_cache_hits}",
+            # v1 counts a preempted request's lookups apart, as vLLM does; v0 counts them above
+            "preempted requests' queries / hits (tokens)":
+                f"{st.prefix_cache_preempted_queries} / {st.prefix_cache_preempted_hits}"
+                if sem == "v1" else "counted above",
             "preemptions": st.num_preemptions,
             "swaps out": _count(e, "swap_out"),
         }

@@ -58,6 +58,10 @@ class BlockManager:
         # vLLM's prefix-cache metrics, in tokens: prompt tokens looked up, and found cached
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # v1 only (vLLM's PrefixCacheStats.preempted_queries / _hits): lookups by requests
+        # preempted before, kept out of the two above
+        self.prefix_cache_preempted_queries = 0
+        self.prefix_cache_preempted_hits = 0
 
     def pool_of(self, seq: Sequence) -> BlockPool:
         """The pool ``seq``'s block table points into: the one stored with the table."""

@@ -4,7 +4,8 @@ Follows vLLM's ``vllm/v1/core/kv_cache_manager.py`` and ``block_pool.py`` (facts
 - Block 0 is the null block: never handed out, never freed (``BlockPool(null_block=True)``).
 - ``get_computed_blocks``: the longest run of cached full blocks matching the request's
   leading tokens, capped so at least the last token is computed (its logits are sampled).
-  Queries and hits are counted in tokens (vLLM's ``prefix_cache_queries`` / ``_hits``).
+  Queries and hits are counted in tokens (vLLM's ``prefix_cache_queries`` / ``_hits``); a
+  request preempted before counts in ``prefix_cache_preempted_queries`` / ``_hits`` instead.
 - ``allocate_slots(seq, num_new, hits)``: blocks for ``num_computed + num_new`` tokens, or
   False (nothing changed) when the free queue cannot supply them -- the scheduler preempts.
   A hit on a cached block that is free takes it out of the free queue; it counts against the
@@ -42,6 +43,19 @@ class KVCacheManagerV1(BlockManager):
         hits = self._prefix_hits(seq)
         self._count_query(seq, len(hits))
         return hits
+
+    def _count_query(self, seq: Sequence, hit_blocks: int) -> None:
+        """As vLLM's ``PrefixCacheStats.record(num_tokens, num_hits, preempted)``
+        (vllm/v1/metrics/stats.py; ``preempted = request.num_preemptions > 0``): a request
+        preempted before looks up its own blocks again, and counting that would raise the hit
+        rate, so its lookups go to the preempted counters instead."""
+        if not self.caching:
+            return
+        if seq.num_preemptions:
+            self.prefix_cache_preempted_queries += seq.num_tokens
+            self.prefix_cache_preempted_hits += hit_blocks * self.block_size
+        else:
+            super()._count_query(seq, hit_blocks)
 
     # ---- slots for this step's tokens ----------------------------------------------------
     def blocks_to_allocate(self, seq: Sequence, num_new: int, hits: list[int]) -> int:

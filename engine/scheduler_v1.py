@@ -128,3 +128,4 @@ class SchedulerV1:
         seq.status = SeqStatus.WAITING
         self.waiting.insert(0, g)
         self.num_preemptions += 1
+        seq.num_preemptions += 1

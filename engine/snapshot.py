@@ -71,6 +71,10 @@ class PoolStats:
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     num_preemptions: int = 0
+    # v1: lookups by requests preempted before (vLLM's PrefixCacheStats.preempted_queries /
+    # preempted_hits, tokens), not in the two prefix_cache_* counts above
+    prefix_cache_preempted_queries: int = 0
+    prefix_cache_preempted_hits: int = 0
     null_blocks: int = 0           # v1: block 0, never handed out
 
     @property
@@ -199,7 +203,9 @@ def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: Blo
         logical_blocks=logical,
         kv_cache_usage_perc=1 - gpu.num_free / gpu.num_usable if gpu.num_usable else 0.0,
         prefix_cache_queries=bm.prefix_cache_queries, prefix_cache_hits=bm.prefix_cache_hits,
-        num_preemptions=num_preemptions, null_blocks=gpu.num_blocks - gpu.num_usable)
+        num_preemptions=num_preemptions, null_blocks=gpu.num_blocks - gpu.num_usable,
+        prefix_cache_preempted_queries=bm.prefix_cache_preempted_queries,
+        prefix_cache_preempted_hits=bm.prefix_cache_preempted_hits)
     accounting = (paged_accounting(stats, gpu.block_size, running_seqs, finished),) + baselines
     return StepSnapshot(step, kind, model, backend, device, gpu.block_size, tuple(seqs),
                         _blocks(gpu, gpu_owners, block_cache) if detailed else (),

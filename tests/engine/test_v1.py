@@ -256,6 +256,32 @@ def test_usage_and_prefix_cache_metrics_follow_vllm():
     assert second.stats.kv_cache_usage_perc == pytest.approx(3 / 10)  # 3 used of 10 usable
 
 
+def test_lookups_by_preempted_requests_are_counted_apart_as_vllm_does():
+    """vLLM's PrefixCacheStats.record(num_tokens, num_hits, preempted) (vllm/v1/metrics/
+    stats.py): a request preempted before re-finds its own blocks; those lookups go to
+    preempted_queries / preempted_hits, and vllm:prefix_cache_queries / _hits keep the rest."""
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=13))
+    lookups, preempted = [], set()
+    lookup = eng.bm.get_computed_blocks
+
+    def recording(seq):                  # every lookup, as vLLM's record() would see it
+        hits = lookup(seq)
+        lookups.append((seq.num_tokens, len(hits) * 4, seq.seq_id in preempted))
+        return hits
+    eng.bm.get_computed_blocks = recording
+    for p in ([*range(10, 20)], [*range(30, 38)], [*range(50, 59)]):
+        eng.add_request(p, SamplingParams(max_tokens=14, ignore_eos=True))
+    while eng.has_unfinished_requests():
+        preempted |= {e.seq_id for e in eng.step().events if e.kind == "preempt"}
+    st = eng.snapshot.stats
+    assert st.num_preemptions >= 1 and any(p for _, _, p in lookups)
+    assert (st.prefix_cache_queries, st.prefix_cache_hits) == (
+        sum(n for n, _, p in lookups if not p), sum(h for _, h, p in lookups if not p))
+    assert (st.prefix_cache_preempted_queries, st.prefix_cache_preempted_hits) == (
+        sum(n for n, _, p in lookups if p), sum(h for _, h, p in lookups if p))
+    assert st.prefix_cache_preempted_hits > 0 == st.prefix_cache_hits     # its own blocks
+
+
 def test_v0_default_is_unchanged_and_v1_caches_by_default():
     assert EngineConfig().semantics == "v0" and not EngineConfig().prefix_caching
     assert EngineConfig(semantics="v1").prefix_caching
