@@ -37,11 +37,13 @@ def narrate(snapshot, previous=None, decode=None) -> str:
         out.append("This v1 step mixed decode tokens and prompt chunks in one batch (one token "
                    "budget, no separate prefill and decode steps).")
     if by["preempt"]:
+        why = ("To reset the prefix cache mid-run" if snapshot.kind == "reset"
+               else "The pool ran dry")
         for e in by["preempt"]:
             if e.rule:                  # v1 says which rule chose the victim
-                out.append(f"The pool ran dry: seq {e.seq_id} was preempted. {e.rule}.")
+                out.append(f"{why}: seq {e.seq_id} was preempted. {e.rule}.")
                 continue
-            out.append(f"The pool ran dry: seq {e.seq_id} was preempted ({e.mode}"
+            out.append(f"{why}: seq {e.seq_id} was preempted ({e.mode}"
                        + (": its blocks were freed and its prompt will be computed again later)."
                           if e.mode == "recompute" else ": its blocks move to the CPU pool)."))
     for e in by["swap_out"]:

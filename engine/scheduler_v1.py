@@ -27,6 +27,9 @@ from engine.sequence import Sequence, SequenceGroup, SeqStatus
 PREEMPT_RULE = ("vLLM v1 preempts the most recently admitted running request by recompute: "
                 "its blocks are freed, its computed tokens reset to 0, and it goes to the front "
                 "of the waiting queue; nothing new is admitted in this step")
+RESET_RULE = ("reset_prefix_cache(reset_running_requests=True) preempts every running request "
+              "by recompute, the most recently admitted first, each to the front of the waiting "
+              "queue (so they resume in admission order), and then no block is in use")
 
 
 class SchedulerV1:
@@ -121,9 +124,19 @@ class SchedulerV1:
         else:                                               # a prompt chunk (or a recompute)
             self.emit(ev.Prefill(seq.seq_id, start, end, seq.num_tokens))
 
-    def _preempt(self, g: SequenceGroup) -> None:
+    def preempt_all_running(self) -> int:
+        """vLLM's ``Scheduler.reset_prefix_cache(reset_running_requests=True)``
+        (vllm/v1/core/sched/scheduler.py): ``while running: preempt(running.pop())``.
+        Returns how many were preempted."""
+        n = 0
+        while self.running:
+            self._preempt(self.running.pop(), RESET_RULE)
+            n += 1
+        return n
+
+    def _preempt(self, g: SequenceGroup, rule: str = PREEMPT_RULE) -> None:
         seq = g.seqs[0]
-        self.emit(ev.Preempt(seq.seq_id, "recompute", PREEMPT_RULE))
+        self.emit(ev.Preempt(seq.seq_id, "recompute", rule))
         self.bm.free(seq)                       # also sets num_computed = 0
         seq.status = SeqStatus.WAITING
         self.waiting.insert(0, g)

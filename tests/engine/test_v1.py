@@ -315,6 +315,45 @@ def test_aborting_a_parent_aborts_its_children_in_the_baselines_too():
     eng.check_invariants()
 
 
+def test_reset_with_running_requests_preempts_them_and_keeps_outputs(tiny_llama):
+    """vLLM's reset_prefix_cache(reset_running_requests=True) (vllm/v1/core/sched/scheduler.py;
+    vLLM's end-to-end test resets mid-run and expects the same outputs): refused without it while
+    blocks are in use; with it every running request is preempted by recompute, newest first,
+    the cache is emptied, and the requests resume in admission order with unchanged outputs."""
+    path, _ = tiny_llama
+    prompts = [list(range(10, 30)), list(range(10, 26)) + [7, 7], [5, 6, 7, 8, 9]]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+
+    def run(reset_at: int | None):
+        eng = Engine(v1(model=path, block_size=4, num_gpu_blocks=64))
+        for p in prompts:
+            eng.add_request(p, params)
+        reset = None
+        while eng.has_unfinished_requests():
+            if eng.step_no == reset_at:
+                running = [g.seqs[0].seq_id for g in eng.scheduler.running]
+                assert len(running) == 3 and not eng.reset_prefix_cache()    # blocks in use
+                assert eng.reset_prefix_cache(reset_running_requests=True)
+                reset = (running, eng.snapshot)
+                eng.check_invariants()
+            eng.step()
+        outs = [eng.get_output(r).outputs[0].token_ids for r in ("0", "1", "2")]
+        return outs, reset, eng
+    expected, _, _ = run(None)
+    got, (running, snap), eng = run(5)
+    assert got == expected
+    assert snap.kind == "reset" and snap.stats.used_blocks == 0
+    kinds_seen = [e.kind for e in snap.events]
+    assert [e.seq_id for e in snap.events if e.kind == "preempt"] == running[::-1]
+    assert kinds_seen[-1] == "cache_reset" and snap.stats.num_preemptions == 3
+    assert all(b.block_hash is None for b in snap.blocks)
+    assert eng.snapshot.stats.prefix_cache_preempted_queries > 0      # they looked up again
+    with pytest.raises(ValueError, match="vLLM v1's"):
+        Engine.length_only(EngineConfig(block_size=4)).reset_prefix_cache(True)
+    with pytest.raises(TypeError, match="True or False"):
+        eng.reset_prefix_cache("yes")
+
+
 def test_a_prefix_cache_reset_does_not_step_the_baselines():
     def accounting(reset: bool):
         eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=32))
