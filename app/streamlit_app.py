@@ -393,9 +393,9 @@ def controls(lab: Lab) -> None:
     """Buttons act in callbacks (before the page is drawn, so every button's state is current);
     Run N steps inline to show its progress bar; Play re-arms the fragment's timer."""
     # Step and Back carry no tooltip (their keys are in the presenter row's caption): they are
-    # clicked over and over with the mouse resting on them, and a tooltip is drawn afresh after
-    # every rerun under a resting mouse, ~0.06 s of the browser's CPU per click (measured with
-    # bench/browser_floor.py's harness; see README "Many people at once").
+    # clicked over and over with the mouse resting on them, and Streamlit draws a tooltip
+    # afresh after every rerun under a resting mouse (one session, measured once: ~0.06 s more
+    # Chromium CPU per click; README "What a Step click costs").
     c = st.columns([1.1, 1, 0.9, 1.2, 1.2, 1, 1.3])
     c[0].button("⟲ Reset", width="stretch", disabled=lab.replaying, key="reset_btn",
                 on_click=_on_reset, help="rebuild the engine from the applied settings (key: r)")

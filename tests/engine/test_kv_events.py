@@ -614,6 +614,21 @@ def test_prefix_cache_view_splits_tokens_and_counts():
     assert list(view.events_frame(2)["event"]) == ["BlockStored", "BlockStored"]
 
 
+def test_prefix_cache_view_reads_vllm_default_integer_hashes():
+    """vLLM sends block hashes as 64-bit integers by default (VLLM_KV_EVENTS_USE_INT_BLOCK_
+    HASHES=1): decoded off the wire, they chain and are removed like digests."""
+    a, b2 = 15760518052499183552, 2**64 - 1
+    batch = KVEventBatch(1.0, [BlockStored([a], None, [1, 2, 3, 4], 4, None, "GPU", None),
+                               BlockStored([b2], a, [5, 6, 7, 8], 4, None, "GPU", None)], 0)
+    dec = decode_batch(encode_batch(batch))
+    assert [e.block_hashes for e in dec.events] == [[a], [b2]]
+    view = PrefixCacheView()
+    view.apply(ReceivedBatch(7, dec.ts, tuple(dec.events), dec.data_parallel_rank))
+    assert {k[3]: v.parent_hash for k, v in view.blocks.items()} == {a: None, b2: a}
+    view.apply(ReceivedBatch(8, 2.0, (BlockRemoved([a], "GPU"),), 0))
+    assert [k[3] for k in view.blocks] == [b2] and view.unknown_removed == 0
+
+
 def test_bad_endpoints_get_clear_errors():
     with pytest.raises(ValueError, match="must start with tcp://"):
         check_endpoint("http://x:1")
