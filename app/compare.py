@@ -78,7 +78,7 @@ def compare_table(cmp: Comparison) -> pd.DataFrame:
             "forks": _count(e, "fork"),
             "copy-on-write copies": _count(e, "cow"),
             "prefill chunks": _count(e, "prefill"),
-            "prefix-cache hits (blocks)": _count(e, "prefix_hit"),
+            "prefix-cache hits (blocks, every lookup)": _count(e, "prefix_hit"),
             "prefix_cache_queries / hits (tokens)":
                 f"{st.prefix_cache_queries} / {st.prefix_cache_hits}",
             # v1 counts a preempted request's lookups apart, as vLLM does; v0 counts them above

@@ -36,14 +36,16 @@ def narrate(snapshot, previous=None, decode=None) -> str:
     if snapshot.kind == "mixed":
         out.append("This v1 step mixed decode tokens and prompt chunks in one batch (one token "
                    "budget, no separate prefill and decode steps).")
-    if by["preempt"]:
-        why = ("To reset the prefix cache mid-run" if snapshot.kind == "reset"
-               else "The pool ran dry")
+    if by["preempt"] and snapshot.kind == "reset":     # one reason for all of them
+        out.append(f"To reset the prefix cache mid-run, {_seqs(e.seq_id for e in by['preempt'])}"
+                   f" {'was' if len(by['preempt']) == 1 else 'were'} preempted. "
+                   f"{by['preempt'][0].rule}.")
+    elif by["preempt"]:
         for e in by["preempt"]:
             if e.rule:                  # v1 says which rule chose the victim
-                out.append(f"{why}: seq {e.seq_id} was preempted. {e.rule}.")
+                out.append(f"The pool ran dry: seq {e.seq_id} was preempted. {e.rule}.")
                 continue
-            out.append(f"{why}: seq {e.seq_id} was preempted ({e.mode}"
+            out.append(f"The pool ran dry: seq {e.seq_id} was preempted ({e.mode}"
                        + (": its blocks were freed and its prompt will be computed again later)."
                           if e.mode == "recompute" else ": its blocks move to the CPU pool)."))
     for e in by["swap_out"]:

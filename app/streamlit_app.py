@@ -430,18 +430,28 @@ def play_interval() -> float:
     return 1.0 / float(st.session_state.get("w_speed", 1.0))
 
 
-def _rerun_whole_page() -> None:
-    """For a widget in the main view's fragment whose change the whole page must draw: a
-    callback cannot rerun the page itself (st.rerun is a no-op there), so it leaves this flag
-    for the fragment run it triggers (main_area); a whole-page run clears it unread."""
-    st.session_state._rerun_page = True
+def _play_timer() -> float | None:
+    """The main view's timer Play needs now: seconds between steps while playing, else None."""
+    lab = st.session_state.get("lab")
+    return play_interval() if lab is not None and lab.playing else None
+
+
+def _arm_play_timer() -> float | None:
+    """The timer (``run_every``) of the main view's fragment, remembered. Streamlit sets a
+    fragment's timer only when the whole page runs, so a fragment run that finds Play's state
+    changed since (paused by Reset or by new settings, finished, another speed) reruns the
+    whole page to re-arm it: before, a new speed kept the old pace until Play was pressed
+    again, and a Reset during Play left the timer rerunning the view."""
+    st.session_state._armed_timer = timer = _play_timer()
+    return timer
 
 
 def _on_speed() -> None:
-    lab = st.session_state.lab
-    lab.last_tick = 0.0
-    if lab.playing:                      # the fragment's timer is armed at the old pace
-        _rerun_whole_page()
+    st.session_state.lab.last_tick = 0.0
+
+
+def _on_projector() -> None:
+    st.rerun(scope="app")                # its style is drawn by the whole page, not this view
 
 
 def presenter_row(lab: Lab) -> None:
@@ -450,8 +460,7 @@ def presenter_row(lab: Lab) -> None:
     a.select_slider("Play speed (steps per second)", options=PLAY_SPEEDS, key="w_speed",
                     on_change=_on_speed,
                     help="how fast Play steps; the timer restarts at the new speed")
-    # the projector style is drawn by the whole page, outside this fragment
-    b.toggle("Projector", key="w_projector", on_change=_rerun_whole_page,
+    b.toggle("Projector", key="w_projector", on_change=_on_projector,
              help="hides the sidebar and enlarges the type for a 1280×720 projector; keys: "
                   "→ step, ← back, space play/pause, r reset")
     c.caption("Keys: **→** step · **←** back · **space** play/pause · **r** reset")
@@ -628,14 +637,13 @@ def export_tab(lab: Lab, snaps) -> None:
                "figure's camera button (top right of the figure) saves it as a PNG.")
 
 
-@st.fragment(run_every=play_interval() if st.session_state.get("lab") and
-             st.session_state.lab.playing else None)
+@st.fragment(run_every=_arm_play_timer())
 def main_area() -> None:
-    if st.session_state.pop("_rerun_page", False):
-        st.rerun(scope="app")            # see _rerun_whole_page
     lab: Lab | None = st.session_state.get("lab")
     if lab is None:                      # get_lab failed: its short error is already shown
         return
+    if lab.released:                     # idle-released: get_lab (a whole-page run) revives it
+        st.rerun(scope="app")
     # in use while drawn (Play's timer reruns only this fragment, so this is its activity)
     with lab.in_use(), short_errors("the lab"):
         _main_area(lab)
@@ -648,10 +656,9 @@ def _main_area(lab: Lab) -> None:
         st.info("No engine yet: fix the settings in the sidebar and press **Apply & reset**.")
         return
     error_slot = st.empty()              # filled after the controls ran (a Step clears errors)
-    was_playing = lab.playing
     lab.tick(play_interval())
-    if was_playing and not lab.playing:
-        st.rerun(scope="app")            # finished: drop the timer
+    if _play_timer() != st.session_state.get("_armed_timer"):
+        st.rerun(scope="app")            # Play's state changed: re-arm the timer (above)
     title = (f"Replay: {lab.trace_name}" if lab.replaying
              else SCENARIOS[lab.settings.scenario].label)
     st.subheader(title, anchor=False)
@@ -694,5 +701,4 @@ with short_errors("the page"):
     _lab = get_lab()
     with _lab.in_use():
         sidebar(_lab)
-st.session_state.pop("_rerun_page", None)    # this run is the whole page already
 main_area()

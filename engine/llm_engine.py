@@ -211,20 +211,25 @@ class Engine:
         reset_prefix_cache``): every running request is preempted by recompute first, so the
         reset can be done mid-run; the requests resume with the same outputs."""
         if not isinstance(reset_running_requests, bool):
-            raise TypeError(f"reset_running_requests must be True or False, got "
-                            f"{reset_running_requests!r}")
+            raise ValueError(f"reset_running_requests must be True or False, got "
+                             f"{reset_running_requests!r}")
         if reset_running_requests and self.config.semantics != "v1":
             raise ValueError("reset_running_requests=True is vLLM v1's (its scheduler preempts "
                              "the running requests); this engine follows vLLM v0, whose "
                              "reset_prefix_cache only resets when no block is in use")
-        preempted = self.scheduler.preempt_all_running() if reset_running_requests else 0
-        done = self.bm.reset_prefix_cache()
-        if not done and not preempted:
+        if reset_running_requests:
+            self.scheduler.preempt_all_running()
+        if not self.bm.reset_prefix_cache():
+            # v1's waiting requests hold no blocks, so after the preemptions none is in use
+            # (vLLM raises here too)
+            if reset_running_requests:
+                raise RuntimeError("reset_prefix_cache: blocks still in use after preempting "
+                                   "every running request")
             return False
         record = StepRecord(self.step_no, "reset", self._take_events(), (), 0.0)
         for o in (*self.observers, *self.publishers):
             o.on_step(self, record)
-        return done
+        return True
 
     def close(self) -> None:
         """Stop the KV event publisher (its sockets and thread); the engine stays usable."""

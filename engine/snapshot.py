@@ -71,11 +71,11 @@ class PoolStats:
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     num_preemptions: int = 0
+    null_blocks: int = 0           # v1: block 0, never handed out
     # v1: lookups by requests preempted before (vLLM's PrefixCacheStats.preempted_queries /
     # preempted_hits, tokens), not in the two prefix_cache_* counts above
     prefix_cache_preempted_queries: int = 0
     prefix_cache_preempted_hits: int = 0
-    null_blocks: int = 0           # v1: block 0, never handed out
 
     @property
     def blocks_saved_by_sharing(self) -> int:

@@ -249,8 +249,9 @@ def test_keyboard_shortcuts_and_play_speed(server, browser):
 
 
 def test_play_speed_changed_while_playing_takes_effect(server, browser):
-    """The speed slider lives in the main view's fragment, whose Play timer is set when the
-    whole page runs: a change while Play is on must re-arm it (it once kept the old pace)."""
+    """The speed slider and Reset live in the main view's fragment, whose Play timer is set
+    when the whole page runs: a speed change while Play is on must re-arm it (it once kept the
+    old pace), and a Reset while playing must stop it (it once kept rerunning the view)."""
     url, _ = server
     page = browser.new_page()
     _open_with_max_tokens(page, url, 60)
@@ -268,12 +269,49 @@ def test_play_speed_changed_while_playing_takes_effect(server, browser):
         pw.expect(speed).to_have_attribute("aria-valuetext", value, timeout=10_000)
     _wait_past(page, rendered_step(page))
     fast = _play_rate(page, 4.0)
-    page.get_by_role("button", name="⏸ Pause").click()
     print(f"\nPlay: {slow:.2f} steps/s at 0.5, then {fast:.2f} steps/s after moving to 3 "
           "while playing")
     assert slow <= 0.75 and fast >= 2 * slow, "a speed change while playing did not take effect"
+    page.evaluate(RUNS_DONE_JS)
+    page.get_by_role("button", name="⟲ Reset").click()                  # while playing
+    wait_rendered(page, 0)
+    pw.expect(page.get_by_role("button", name="▶ Play")).to_be_visible(timeout=20_000)
+    time.sleep(0.5)                      # the whole-page rerun that drops the timer, if any
+    runs = page.evaluate("window.__runsDone")
+    time.sleep(2.5)                      # at 3 steps/s a live timer would rerun ~7 times
+    assert page.evaluate("window.__runsDone") == runs, "the Play timer outlived the Reset"
+    assert rendered_step(page) == 0
     assert not exceptions_on(page)
     page.close()
+
+
+def test_a_released_lab_comes_back_fresh_on_a_click_in_the_view(browser, tmp_path,
+                                                                  monkeypatch):
+    """A Step click reruns only the main view (a fragment), while a released lab is revived by
+    the whole page (get_lab): the view must hand over to it, so a student back from a break
+    gets a fresh engine and the note, not "No engine yet"."""
+    monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "0.1")                  # idle after 6 s
+    port = free_port()
+    proc = start_server(port, MODEL, str(tmp_path / "server.log"))
+    try:
+        wait_healthy(port, proc)
+        url = f"http://127.0.0.1:{port}"
+        idle, other = browser.new_page(), browser.new_page()
+        open_lab(idle, url)
+        step_button(idle).click()
+        wait_rendered(idle, 1)
+        time.sleep(7)
+        open_lab(other, url)             # a visit sweeps the other labs: the idle one goes
+        step_button(idle).click()
+        pw.expect(idle.get_by_text("This session was idle for more than 0.1 minutes",
+                                   exact=False)).to_be_visible(timeout=30_000)
+        wait_rendered(idle, 0)           # a fresh engine on the same settings
+        assert idle.get_by_text("No engine yet", exact=False).count() == 0
+        assert not exceptions_on(idle) and not exceptions_on(other)
+        idle.close()
+        other.close()
+    finally:
+        stop_server(proc)
 
 
 def test_projector_toggle_changes_the_layout_at_once(server, browser):

@@ -86,3 +86,16 @@ def test_every_engine_step_narrates(beam_run, swap_run):
             text = narrate(snap, prev)
             assert text.startswith(f"Step {snap.step} ")
             assert len(text) < 1500
+
+
+def test_a_mid_run_reset_says_why_its_requests_were_preempted_once():
+    from engine import Engine, EngineConfig, SamplingParams
+    eng = Engine.length_only(EngineConfig(semantics="v1", block_size=4, num_gpu_blocks=32))
+    for p in ([5, 6, 7, 8, 9], [11, 12, 13, 14, 15, 16]):
+        eng.add_request(p, SamplingParams(max_tokens=6, ignore_eos=True))
+    eng.step()
+    assert eng.reset_prefix_cache(reset_running_requests=True)
+    text = narrate(eng.snapshot)
+    assert "To reset the prefix cache mid-run, seqs 0, 1 were preempted." in text
+    assert text.count("reset_running_requests=True") == 1 and "pool ran dry" not in text
+    assert "every cached block forgot its hash" in text

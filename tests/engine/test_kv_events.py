@@ -585,7 +585,7 @@ def test_two_requests_in_one_step_send_their_events_request_by_request():
     stored = []
     for i, toks in enumerate([range(300, 305), range(400, 405)], start=10):   # one step
         seq = Sequence(i, str(i), list(toks), len(toks))
-        assert kv.allocate_slots(seq, 5, kv.get_computed_blocks(seq)) is not None
+        assert kv.allocate_slots(seq, 5, kv.get_computed_blocks(seq))
         stored.append([e.block_hash for e in events if e.kind == "cached"
                        and e.seq_id == i])
     out = to_kv_events(events, BS)

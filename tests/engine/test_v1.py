@@ -350,7 +350,7 @@ def test_reset_with_running_requests_preempts_them_and_keeps_outputs(tiny_llama)
     assert eng.snapshot.stats.prefix_cache_preempted_queries > 0      # they looked up again
     with pytest.raises(ValueError, match="vLLM v1's"):
         Engine.length_only(EngineConfig(block_size=4)).reset_prefix_cache(True)
-    with pytest.raises(TypeError, match="True or False"):
+    with pytest.raises(ValueError, match="True or False"):
         eng.reset_prefix_cache("yes")
 
 
