@@ -58,15 +58,28 @@ class Watch:
         return len(batches)
 
 
-def _disconnect() -> None:
+def _close() -> None:
     w = st.session_state.pop(STATE, None)
     if w is not None:
         w.subscriber.close()
 
 
+def _disconnect() -> None:
+    _close()
+    _retime()
+
+
+def _retime() -> None:
+    """The live view's timer changes (off, or on): rerun the whole page. This tab is drawn in
+    the main view's fragment, and Streamlit keeps a redrawn fragment's old timer running when
+    only that fragment reruns (measured: with Auto-refresh off or after Disconnect the view
+    still redrew every second)."""
+    st.rerun(scope="app")
+
+
 def _connect() -> None:
     ss = st.session_state
-    _disconnect()
+    _close()
     ss[ERROR] = None
     try:
         sub = KVEventSubscriber(ss.get("w_kv_endpoint", DEFAULT_ENDPOINT),
@@ -155,7 +168,7 @@ def watch_tab() -> None:
     b[0].button("Connect" if not watching else "Reconnect", type="primary", key="kv_connect_btn",
                 on_click=_connect)
     b[1].button("Disconnect", key="kv_disconnect_btn", on_click=_disconnect, disabled=not watching)
-    auto = b[2].toggle("Auto-refresh", value=True, key="w_kv_auto",
+    auto = b[2].toggle("Auto-refresh", value=True, key="w_kv_auto", on_change=_retime,
                        help=f"redraw every {REFRESH_S:g} s")
     if st.session_state.get(ERROR):
         st.error(st.session_state[ERROR])

@@ -314,6 +314,38 @@ def test_a_released_lab_comes_back_fresh_on_a_click_in_the_view(browser, tmp_pat
         stop_server(proc)
 
 
+def test_the_watch_view_stops_redrawing_when_auto_refresh_is_off_or_it_disconnects(server,
+                                                                                    browser):
+    """The live view redraws itself every second inside the main view's fragment; turning
+    Auto-refresh off or pressing Disconnect must stop that timer (it once kept running)."""
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    page.get_by_role("tab", name="Watch vLLM").click()
+    page.get_by_label("Endpoint (the server's PUB socket)").fill(f"tcp://127.0.0.1:{free_port()}")
+    page.get_by_role("button", name="Connect", exact=True).click()
+    page.get_by_text("cached blocks").first.wait_for(timeout=20_000)
+    page.evaluate(RUNS_DONE_JS)
+
+    def runs_in(seconds: float) -> int:
+        before = page.evaluate("window.__runsDone")
+        time.sleep(seconds)
+        return page.evaluate("window.__runsDone") - before
+    assert runs_in(3.5) >= 2                                    # the 1 s timer redraws it
+    page.get_by_text("Auto-refresh", exact=True).click()
+    time.sleep(1.5)
+    assert runs_in(3.5) == 0, "the live view kept redrawing with Auto-refresh off"
+    page.get_by_text("Auto-refresh", exact=True).click()
+    time.sleep(1.5)
+    assert runs_in(3.5) >= 2
+    page.get_by_role("button", name="Disconnect").click()
+    pw.expect(page.get_by_text("Not watching", exact=False)).to_be_visible(timeout=10_000)
+    time.sleep(1.5)
+    assert runs_in(3.5) == 0, "the live view kept redrawing after Disconnect"
+    assert not exceptions_on(page)
+    page.close()
+
+
 def test_projector_toggle_changes_the_layout_at_once(server, browser):
     """The toggle is drawn in the main view's fragment, the projector style by the whole page:
     turning it on hides the sidebar straight away, turning it off brings it back."""
