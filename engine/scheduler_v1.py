@@ -124,15 +124,11 @@ class SchedulerV1:
         else:                                               # a prompt chunk (or a recompute)
             self.emit(ev.Prefill(seq.seq_id, start, end, seq.num_tokens))
 
-    def preempt_all_running(self) -> int:
+    def preempt_all_running(self) -> None:
         """vLLM's ``Scheduler.reset_prefix_cache(reset_running_requests=True)``
-        (vllm/v1/core/sched/scheduler.py): ``while running: preempt(running.pop())``.
-        Returns how many were preempted."""
-        n = 0
+        (vllm/v1/core/sched/scheduler.py): ``while running: preempt(running.pop())``."""
         while self.running:
             self._preempt(self.running.pop(), RESET_RULE)
-            n += 1
-        return n
 
     def _preempt(self, g: SequenceGroup, rule: str = PREEMPT_RULE) -> None:
         seq = g.seqs[0]
