@@ -113,7 +113,10 @@ class InputProcessor:
                 f"this request can need {need} KV blocks ({len(ids)} prompt + {params.max_tokens} "
                 f"new tokens{width}, block_size {cfg.block_size}) but the pool has {pool}: it "
                 "could never run. Raise num_gpu_blocks or lower max_tokens / n / beam_width.")
-        if params.width > cfg.max_num_seqs:
+        # v0 schedules a group's sequences together, so a wider group would wait forever; v1's
+        # n child requests are scheduled one by one (vllm/v1/engine/parallel_sampling.py), so
+        # there the extra children simply queue
+        if cfg.semantics == "v0" and params.width > cfg.max_num_seqs:
             raise ValueError(f"n/beam_width {params.width} exceeds max_num_seqs "
                              f"{cfg.max_num_seqs}")
         return ids, params

@@ -4,8 +4,11 @@ Follows vLLM's ``vllm/v1/core/kv_cache_manager.py`` and ``block_pool.py`` (facts
 - Block 0 is the null block: never handed out, never freed (``BlockPool(null_block=True)``).
 - ``get_computed_blocks``: the longest run of cached full blocks matching the request's
   leading tokens, capped so at least the last token is computed (its logits are sampled).
-  Queries and hits are counted in tokens (vLLM's ``prefix_cache_queries`` / ``_hits``); a
-  request preempted before counts in ``prefix_cache_preempted_queries`` / ``_hits`` instead.
+- ``record_prefix_cache_stats``: the scheduler counts a lookup once the request is admitted
+  (current vLLM, "Record at admission so unscheduled lookups are not counted": a waiting head
+  refused blocks is looked up again every step). Queries and hits are counted in tokens
+  (vLLM's ``prefix_cache_queries`` / ``_hits``); a request preempted before counts in
+  ``prefix_cache_preempted_queries`` / ``_hits`` instead.
 - ``allocate_slots(seq, num_new, hits)``: blocks for ``num_computed + num_new`` tokens, or
   False (nothing changed) when the free queue cannot supply them -- the scheduler preempts.
   A hit on a cached block that is free takes it out of the free queue; it counts against the
@@ -38,11 +41,15 @@ class KVCacheManagerV1(BlockManager):
 
     # ---- prefix cache --------------------------------------------------------------------
     def get_computed_blocks(self, seq: Sequence) -> list[int]:
-        """Cached blocks for the request's leading full blocks (never its last token); counts
-        the query. Nothing is touched: the caller may still fail to allocate."""
-        hits = self._prefix_hits(seq)
-        self._count_query(seq, len(hits))
-        return hits
+        """Cached blocks for the request's leading full blocks (never its last token). Nothing
+        is touched or counted: the caller may still fail to allocate."""
+        return self._prefix_hits(seq)
+
+    def record_prefix_cache_stats(self, seq: Sequence, hit_blocks: int) -> None:
+        """Count an admitted request's lookup (vLLM's ``KVCacheManager.
+        record_prefix_cache_stats``, called by ``Scheduler.schedule`` after ``allocate_slots``
+        succeeded)."""
+        self._count_query(seq, hit_blocks)
 
     def _count_query(self, seq: Sequence, hit_blocks: int) -> None:
         """As vLLM's ``PrefixCacheStats.record(num_tokens, num_hits, preempted)``

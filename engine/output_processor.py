@@ -118,14 +118,20 @@ class OutputProcessor:
         self.emit(ev.Sample(s.seq_id, token, logprob))
         new = self._emit_text(s)
         p = g.params
-        if s.num_output_tokens >= p.max_tokens:
-            self.finish(g, s, "length")
-        elif not p.ignore_eos and token in self.eos:
+        # EOS, then stop strings, then the length cap, as vLLM checks them (v1:
+        # vllm/v1/core/sched/utils.py check_stop, with a stop string found by the detokenizer
+        # overriding "length"; v0: StopChecker.maybe_stop_sequence): an EOS or a stop string
+        # completed by the max_tokens-th token is a "stop", and the stop string is cut.
+        if not p.ignore_eos and token in self.eos:
             self.finish(g, s, "stop")
-        elif p.stop:
+            return
+        if p.stop:
             at = find_stop(s.output_text, new, p.stop)
             if at is not None:
                 self.finish(g, s, "stop", text=s.output_text[:at])
+                return
+        if s.num_output_tokens >= p.max_tokens:
+            self.finish(g, s, "length")
 
     def finish(self, g: SequenceGroup, s: Sequence, reason: str,
                status: SeqStatus = SeqStatus.FINISHED, text: str | None = None) -> None:

@@ -98,6 +98,7 @@ class SchedulerV1:
             num_new = self._chunk(seq, len(hits) * self.bm.block_size, budget)
             if not self.bm.allocate_slots(seq, num_new, hits):
                 break
+            self.bm.record_prefix_cache_stats(seq, len(hits))     # counted once, when admitted
             self.waiting.pop(0)
             seq.status = SeqStatus.RUNNING
             self.running.append(g)

@@ -46,6 +46,38 @@ def test_every_eos_id_stops_greedy(two_eos):
     assert out.finish_reason == "stop" and len(out.token_ids) < 24
 
 
+@pytest.mark.parametrize("semantics", ["v0", "v1"])
+def test_an_eos_as_the_last_allowed_token_is_a_stop(two_eos, semantics):
+    """vLLM checks EOS before the length cap (v1: vllm/v1/core/sched/utils.py check_stop; v0:
+    StopChecker.maybe_stop_sequence): max_tokens = the EOS's position still says "stop"."""
+    path, _, eos = two_eos
+    eng = Engine(EngineConfig(model=path, semantics=semantics, block_size=4, num_gpu_blocks=64))
+    free = eng.generate([PROMPT], SamplingParams(max_tokens=24))[0].outputs[0]
+    assert free.token_ids[-1] in eos
+    capped = eng.generate([PROMPT], SamplingParams(max_tokens=len(free.token_ids)))[0].outputs[0]
+    assert capped.token_ids == free.token_ids and capped.finish_reason == "stop"
+    shorter = eng.generate([PROMPT], SamplingParams(max_tokens=len(free.token_ids) - 1))[0]
+    assert shorter.outputs[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("semantics", ["v0", "v1"])
+def test_a_stop_string_completed_by_the_last_allowed_token_is_a_stop(semantics):
+    """A stop string the max_tokens-th token completes ends the request as "stop" with the text
+    cut before it (vLLM v1's OutputProcessor lets the detokenizer's stop string override the
+    core's "length"; v0's StopChecker checks stop strings before max_tokens)."""
+    eng = Engine(EngineConfig(model="default", semantics=semantics, block_size=8,
+                              num_gpu_blocks=64))
+    texts = [r.outputs[0].text for r in eng.generate(
+        ["ROMEO:\n"] * 16, [SamplingParams(max_tokens=n, ignore_eos=True) for n in range(1, 17)])]
+    # the first n whose n-th token's text (stripped) is new: it can be a stop string
+    n, stop = next((n, t) for n in range(4, 16)
+                   if (t := texts[n - 1][len(texts[n - 2]):].strip()) and t not in texts[n - 2])
+    out = eng.generate(["ROMEO:\n"], SamplingParams(max_tokens=n, ignore_eos=True,
+                                                     stop=[stop]))[0].outputs[0]
+    assert out.finish_reason == "stop" and len(out.token_ids) == n
+    assert out.text == texts[n - 1][:texts[n - 1].rindex(stop)] and stop not in out.text
+
+
 @pytest.mark.parametrize("early_stopping, length_penalty", [
     (False, 1.0), (True, 1.0), ("never", 1.0), ("never", 2.0), (False, 2.0), (True, -1.0)])
 def test_beam_search_matches_transformers(two_eos, early_stopping, length_penalty):

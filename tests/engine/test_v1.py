@@ -260,19 +260,24 @@ def test_lookups_by_preempted_requests_are_counted_apart_as_vllm_does():
     """vLLM's PrefixCacheStats.record(num_tokens, num_hits, preempted) (vllm/v1/metrics/
     stats.py): a request preempted before re-finds its own blocks; those lookups go to
     preempted_queries / preempted_hits, and vllm:prefix_cache_queries / _hits keep the rest."""
-    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=13))
-    lookups, preempted = [], set()
+    # 8 blocks: the preempted request is admitted again while some of its blocks are cached
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=8))
+    lookups, preempted, step_lookups = [], set(), []
     lookup = eng.bm.get_computed_blocks
 
     def recording(seq):                  # every lookup, as vLLM's record() would see it
         hits = lookup(seq)
-        lookups.append((seq.num_tokens, len(hits) * 4, seq.seq_id in preempted))
+        step_lookups.append((seq, (seq.num_tokens, len(hits) * 4, seq.seq_id in preempted)))
         return hits
     eng.bm.get_computed_blocks = recording
     for p in ([*range(10, 20)], [*range(30, 38)], [*range(50, 59)]):
         eng.add_request(p, SamplingParams(max_tokens=14, ignore_eos=True))
     while eng.has_unfinished_requests():
+        step_lookups.clear()
         preempted |= {e.seq_id for e in eng.step().events if e.kind == "preempt"}
+        waiting = {g.seqs[0].seq_id for g in eng.scheduler.waiting}
+        # counted at admission: a lookup whose request stayed waiting is not counted
+        lookups += [rec for seq, rec in step_lookups if seq.seq_id not in waiting]
     st = eng.snapshot.stats
     assert st.num_preemptions >= 1 and any(p for _, _, p in lookups)
     assert (st.prefix_cache_queries, st.prefix_cache_hits) == (
@@ -280,6 +285,38 @@ def test_lookups_by_preempted_requests_are_counted_apart_as_vllm_does():
     assert (st.prefix_cache_preempted_queries, st.prefix_cache_preempted_hits) == (
         sum(n for n, _, p in lookups if p), sum(h for _, h, p in lookups if p))
     assert st.prefix_cache_preempted_hits > 0 == st.prefix_cache_hits     # its own blocks
+
+
+def test_more_children_than_max_num_seqs_queue_in_v1_and_are_refused_in_v0():
+    """v1's n > 1 is n child requests scheduled one by one (vLLM's ParentRequest,
+    vllm/v1/engine/parallel_sampling.py), so n may exceed max_num_seqs: the rest wait. v0
+    schedules a group whole, so such a group could never run and is refused."""
+    sp = SamplingParams(n=4, max_tokens=3, ignore_eos=True, temperature=1.0, seed=2)
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=32, max_num_seqs=2))
+    eng.add_request([5, 6, 7], sp)
+    most = 0
+    while eng.has_unfinished_requests():
+        eng.step()
+        most = max(most, eng.scheduler.num_running_seqs())
+    assert most == 2 and len(eng.get_output("0").outputs) == 4
+    v0 = Engine.length_only(EngineConfig(block_size=4, num_gpu_blocks=32, max_num_seqs=2))
+    with pytest.raises(ValueError, match="n/beam_width 4 exceeds max_num_seqs 2"):
+        v0.add_request([5, 6, 7], sp)
+
+
+def test_a_lookup_is_counted_once_when_its_request_is_admitted():
+    """vLLM's Scheduler.schedule records prefix-cache stats after allocate_slots succeeded
+    ("Record at admission so unscheduled lookups are not counted", vllm/v1/core/sched/
+    scheduler.py): a waiting head refused blocks step after step is counted once."""
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=5))
+    eng.add_request(list(range(10, 23)), SamplingParams(max_tokens=4, ignore_eos=True))
+    eng.add_request(list(range(30, 34)), SamplingParams(max_tokens=2, ignore_eos=True))
+    lookups, lookup = [], eng.bm.get_computed_blocks
+    eng.bm.get_computed_blocks = lambda seq: lookups.append(seq.seq_id) or lookup(seq)
+    while eng.has_unfinished_requests():
+        eng.step()
+    assert lookups.count(1) > 1                      # the second one waited for blocks
+    assert eng.snapshot.stats.prefix_cache_queries == 13 + 4
 
 
 def test_v0_default_is_unchanged_and_v1_caches_by_default():
