@@ -137,6 +137,13 @@ class BlockManager:
         hits = self._prefix_hits(seq)
         return total - len(hits) + sum(1 for b in hits if self.gpu.ref_count[b] == 0)
 
+    def tokens_to_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
+        """Tokens a prefill will compute: all but those of the blocks it reuses (shared with
+        ``share_with`` or found in the prefix cache), i.e. ``num_tokens`` minus what
+        ``allocate_for_prefill`` will return."""
+        reused = self._shared_prefix(share_with, seq) or len(self._prefix_hits(seq))
+        return seq.num_tokens - reused * self.block_size
+
     def allocate_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
         """Give a waiting sequence blocks for all its tokens; returns the tokens already cached.
 

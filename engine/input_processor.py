@@ -89,6 +89,12 @@ class InputProcessor:
         if len(ids) + params.max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
                              f"{limit}")
+        budget = self.config.max_num_batched_tokens
+        if self.config.semantics == "v0" and len(ids) > budget:
+            # v0 prefills a prompt in one step (no chunking), so vLLM v0's prompt limit is
+            # min(max_model_len, max_num_batched_tokens) (Scheduler._get_prompt_limit)
+            raise ValueError(f"the prompt has {len(ids)} tokens but v0 prefills a prompt in one "
+                             f"step of at most max_num_batched_tokens ({budget}) tokens")
         if params.beam_width > 1 and 2 * params.beam_width > self.spec.vocab_size:
             raise ValueError(f"beam_width {params.beam_width} is too large for a vocabulary of "
                              f"{self.spec.vocab_size}")

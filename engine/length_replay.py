@@ -217,6 +217,10 @@ def _requests(trace: pd.DataFrame, config: EngineConfig, max_model_len: int, mak
         if p + o > max_model_len:
             raise ValueError(f"request {k}: prompt ({p} tokens) + max_tokens ({o}) exceeds "
                              f"max_model_len ({max_model_len} tokens)")
+        if p > config.max_num_batched_tokens:
+            raise ValueError(f"request {k}: the prompt has {p} tokens but v0 prefills a prompt "
+                             f"in one step of at most max_num_batched_tokens "
+                             f"({config.max_num_batched_tokens}) tokens")
         need = -(-kv_tokens_at_most(p, o) // config.block_size)
         if need > config.num_gpu_blocks:
             raise ValueError(f"request {k} can need {need} KV blocks but the pool has only "

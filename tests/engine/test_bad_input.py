@@ -42,6 +42,20 @@ def test_bad_request_is_rejected_without_state_change(eng, case):
     eng.check_invariants()
 
 
+def test_a_v0_prompt_longer_than_the_step_budget_is_refused_and_v1_chunks_it():
+    """vLLM v0's prompt limit is min(max_model_len, max_num_batched_tokens): v0 prefills a
+    prompt in one step. v1 prefills it in chunks of the budget."""
+    cfg = dict(block_size=4, num_gpu_blocks=32, max_num_batched_tokens=16)
+    v0 = Engine.length_only(EngineConfig(**cfg), max_model_len=64)
+    with pytest.raises(ValueError, match=r"20 tokens .* max_num_batched_tokens \(16\)"):
+        v0.add_request(list(range(20)), SamplingParams(max_tokens=2))
+    v0.add_request(list(range(16)), SamplingParams(max_tokens=2))
+    v1 = Engine.length_only(EngineConfig(semantics="v1", **cfg), max_model_len=64)
+    v1.add_request(list(range(20)), SamplingParams(max_tokens=2, ignore_eos=True))
+    chunks = [(e.start, e.end) for e in v1.step().events + v1.step().events if e.kind == "prefill"]
+    assert chunks == [(0, 16), (16, 20)]
+
+
 def test_duplicate_request_id_and_generate_validate_first(eng):
     before = eng.snapshot.to_dict()
     with pytest.raises(ValueError, match="already in use"):

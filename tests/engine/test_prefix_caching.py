@@ -46,3 +46,23 @@ def test_requests_in_one_batch_share_prefix_blocks(tiny_llama):
     assert a.block_table[:2] == b.block_table[:2]
     assert first.snapshot.blocks[a.block_table[0]].ref_count == 2
     run_all(eng)
+
+
+def test_the_v0_prefill_budget_counts_only_the_tokens_computed():
+    """vLLM v0's _schedule_prefills checks the token budget with the uncached tokens
+    (budget.can_schedule(num_new_tokens=num_new_tokens_uncached)): two 8-token prompts whose
+    first block is cached compute 4 tokens each, so both fit a budget of 11 in one step."""
+    for caching, together in ((True, True), (False, False)):
+        eng = Engine.length_only(EngineConfig(block_size=4, num_gpu_blocks=16,
+                                              max_num_batched_tokens=11,
+                                              enable_prefix_caching=caching), max_model_len=11)
+        params = SamplingParams(max_tokens=2, ignore_eos=True)
+        eng.add_request(list(range(8)), params)
+        eng.step()
+        eng.step()
+        eng.add_request([0, 1, 2, 3, 12, 13, 14, 15], params)
+        eng.add_request([0, 1, 2, 3, 16, 17, 18, 19], params)
+        prefills = [e for e in eng.step().events if e.kind == "prefill"]
+        assert len(prefills) == (2 if together else 1), caching
+        if caching:
+            assert [(p.start, p.end) for p in prefills] == [(4, 8), (4, 8)]
