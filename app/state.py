@@ -68,9 +68,11 @@ def make_config(s: Settings) -> EngineConfig:
 
 
 def make_params(s: Settings) -> SamplingParams:
-    return SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                          max_tokens=s.max_tokens, beam_width=s.beam_width,
-                          length_penalty=s.length_penalty, ignore_eos=s.ignore_eos)
+    beams = s.beam_width > 1           # the beam settings are refused without beams, and the
+    return SamplingParams(             # sampling ones with them; the sidebar keeps both
+        n=s.n, temperature=s.temperature, top_p=1.0 if beams else s.top_p,
+        top_k=-1 if beams else s.top_k, max_tokens=s.max_tokens, beam_width=s.beam_width,
+        length_penalty=s.length_penalty if beams else 1.0, ignore_eos=s.ignore_eos)
 
 
 def build_engine(s: Settings) -> Engine:

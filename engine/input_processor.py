@@ -56,9 +56,10 @@ class InputProcessor:
                 raise ValueError("the prompt is empty")
             if self.tokenizer is None:
                 raise ValueError("this model has no tokenizer: give the prompt as a list of token ids")
-            ids = self.tokenizer.encode(prompt, add_special_tokens=False)
-            if self.spec.bos_token_id is not None and getattr(self.tokenizer, "add_bos_token", False):
-                ids = [self.spec.bos_token_id] + ids
+            # the tokenizer's own special tokens, as vLLM's InputPreprocessor and transformers'
+            # tokenizer(prompt) add them (a BOS from add_bos_token or from tokenizer.json's
+            # post-processor, as Llama 3's)
+            ids = self.tokenizer.encode(prompt)
             if not ids:
                 raise ValueError("the prompt is empty after tokenization")
             return ids

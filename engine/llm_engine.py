@@ -32,6 +32,11 @@ from engine.scheduler_v1 import SchedulerV1
 from engine.sequence import Sequence, SequenceGroup
 from engine.snapshot import StepSnapshot
 
+# v1 children of a request without a seed: child i's default seed is the request's + i * this
+# (mod 2**63), far from the next requests' defaults (+1 each) also in the low 32 bits, all that
+# torch's CPU generator keeps of a seed (a stride of 2**32 gave two children the same samples)
+CHILD_SEED_STRIDE = 0x9E3779B97F4A7C15 % 2 ** 63      # 2**64 / golden ratio: spreads the bits
+
 
 @dataclass(frozen=True)
 class StepResult:
@@ -153,9 +158,13 @@ class Engine:
         self._num_requests += 1
         if self.config.semantics == "v1" and params.n > 1:
             self.children[request_id] = [f"{i}_{request_id}" for i in range(params.n)]
+            # a given seed: child i gets seed + i, as vLLM's; without one, vLLM's children draw
+            # independently, so theirs must not meet the next request's default seed (base + 1)
+            step = 1 if params.seed is not None else CHILD_SEED_STRIDE
             for i, child in enumerate(self.children[request_id]):
+                child_seed = (seed + i * step) % 2 ** 63
                 self._add_group(child, prompt, ids,
-                                dataclasses.replace(params, n=1, seed=seed + i), seed + i,
+                                dataclasses.replace(params, n=1, seed=child_seed), child_seed,
                                 cache_salt)
         else:
             self._add_group(request_id, prompt, ids, params, seed, cache_salt)

@@ -31,14 +31,17 @@ from engine.sequence import Sequence, SequenceGroup, SeqStatus
 
 
 def find_stop(text: str, new: str, stops) -> int | None:
-    """Where the earliest stop string that ends inside the newly emitted text starts, or None.
-    Only ``text``'s last ``len(new) + longest stop - 1`` characters can hold one that the
-    previous steps have not seen already."""
+    """Where the first stop string, in the list's order, that ends inside the newly emitted
+    text starts, or None (vLLM's check_stop_strings, v1 detokenizer / v0 StopChecker: the first
+    listed one that matches wins, not the earliest in the text). Only ``text``'s last
+    ``len(new) + len(stop) - 1`` characters can hold one the previous steps have not seen."""
     if not new or not stops:
         return None
-    start = max(0, len(text) - len(new) - max(map(len, stops)) + 1)
-    hits = [i for i in (text.find(x, start) for x in stops) if i >= 0]
-    return min(hits) if hits else None
+    for stop in stops:
+        i = text.find(stop, max(0, len(text) - len(new) - len(stop) + 1))
+        if i >= 0:
+            return i
+    return None
 
 
 class OutputProcessor:

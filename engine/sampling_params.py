@@ -13,7 +13,7 @@ class SamplingParams:
     n: int = 1                   # parallel samples sharing the prompt's blocks
     temperature: float = 0.0     # 0 = greedy
     top_p: float = 1.0
-    top_k: int = -1              # -1 = off
+    top_k: int = -1              # -1 or 0 = off (vLLM: 0 since v1, -1 before)
     max_tokens: int = 16
     beam_width: int = 1          # > 1 = beam search (transformers' scoring, vLLM v0's memory)
     length_penalty: float = 1.0  # beam score = cum_logprob / output_len ** length_penalty
@@ -27,6 +27,10 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
+        if self.seed == -1 and not isinstance(self.seed, bool):
+            object.__setattr__(self, "seed", None)      # vLLM: seed=-1 means no seed
+        if self.top_k == 0 and not isinstance(self.top_k, bool):
+            object.__setattr__(self, "top_k", -1)       # vLLM: 0 (or -1) considers all tokens
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         elif isinstance(self.stop, (list, tuple)):
@@ -62,11 +66,20 @@ class SamplingParams:
             p.append(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
         if self.stop is not None and any(not isinstance(s, str) or not s for s in self.stop):
             p.append("stop must be a list of non-empty strings")
+        # settings that would have no effect are refused, as vLLM v0's _verify_beam_search /
+        # _verify_non_beam_search did (rather than accepted and ignored)
         if not p and self.beam_width > 1:
             if self.n > 1:
                 p.append("use either n > 1 (parallel sampling) or beam_width > 1, not both")
             if not self.is_greedy:
                 p.append("beam search is deterministic: set temperature=0")
+            if self.top_p < 1 or self.top_k != -1:
+                p.append("beam search ranks every token: leave top_p at 1 and top_k off")
+        if not p and self.beam_width == 1:
+            if self.length_penalty != 1:
+                p.append("length_penalty only scores beams: leave it at 1 without beam search")
+            if self.early_stopping is not False:
+                p.append("early_stopping only ends beam search: leave it False without beams")
         if not p and self.n > 1 and self.is_greedy:
             p.append("n > 1 with temperature 0 would give n identical samples: set temperature > 0")
         return p

@@ -70,7 +70,13 @@ def test_duplicate_request_id_and_generate_validate_first(eng):
     (dict(temperature=-0.5), "temperature"),
     (dict(top_p=0.0), "top_p"),
     (dict(top_p=1.5), "top_p"),
-    (dict(top_k=0), "top_k"),
+    (dict(top_k=-2), "top_k"),
+    (dict(top_k=2.5), "top_k"),
+    (dict(seed=-2), "seed"),
+    (dict(beam_width=2, top_k=5), "top_k off"),
+    (dict(beam_width=2, top_p=0.9), "top_p at 1"),
+    (dict(length_penalty=2.0), "without beam search"),
+    (dict(early_stopping=True), "without beams"),
     (dict(max_tokens=0), "max_tokens"),
     (dict(n=0), "n must be"),
     (dict(beam_width=0), "beam_width"),
@@ -82,6 +88,11 @@ def test_duplicate_request_id_and_generate_validate_first(eng):
 def test_bad_sampling_params(kwargs, words):
     with pytest.raises(ValueError, match=words):
         SamplingParams(**kwargs)
+
+
+def test_vllms_spellings_of_off_are_accepted():
+    """vLLM: top_k 0 or -1 considers every token, seed -1 means no seed."""
+    assert SamplingParams(top_k=0).top_k == -1 and SamplingParams(seed=-1).seed is None
 
 
 @pytest.mark.parametrize("kwargs, words", [

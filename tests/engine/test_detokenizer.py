@@ -51,5 +51,36 @@ def test_find_stop_looks_only_at_the_new_tail():
     assert find_stop("hello world", "rld", ["wor"]) == 6       # overlaps the new text
     assert find_stop("hello world", "ld", ["wor"]) is None      # ended before it: seen already
     assert find_stop("hello world", "d", ["hello"]) is None     # seen (and not hit) before
-    assert find_stop("abcabc", "c", ["bc", "abc"]) == 3
+    # the first listed stop string that matches wins, as in vLLM's check_stop_strings
+    assert find_stop("abcabc", "c", ["bc", "abc"]) == 4
+    assert find_stop("abcabc", "c", ["abc", "bc"]) == 3
+    assert find_stop("xyz ab", "b", ["zz", "ab", "z ab"]) == 4
     assert find_stop("abc", "", ["abc"]) is None                # nothing new: nothing to find
+
+
+def test_a_text_prompt_gets_the_tokenizers_special_tokens(default_model_path, tmp_path):
+    """vLLM encodes a text prompt with the tokenizer's defaults (add_special_tokens=True), as
+    transformers' tokenizer(prompt) does: a BOS that tokenizer.json's post-processor adds (Llama
+    3's way, with no add_bos_token in tokenizer_config.json) starts the prompt."""
+    import json
+    import shutil
+    from pathlib import Path
+    from transformers import AutoTokenizer
+    src = Path(default_model_path)
+    for f in src.iterdir():
+        if f.is_file():
+            shutil.copy(f, tmp_path / f.name)
+    spec = json.loads((src / "tokenizer.json").read_text())
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    spec["post_processor"] = {
+        "type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    want = AutoTokenizer.from_pretrained(str(tmp_path))("ROMEO:")["input_ids"]
+    assert want[0] == 0
+    eng = Engine(EngineConfig(model=str(tmp_path), block_size=8, num_gpu_blocks=32))
+    out = eng.generate(["ROMEO:"], SamplingParams(max_tokens=2))[0]
+    assert out.prompt_token_ids == want
+    plain = Engine(EngineConfig(model="default", block_size=8, num_gpu_blocks=32))
+    assert plain.generate(["ROMEO:"], SamplingParams(max_tokens=2))[0].prompt_token_ids == want[1:]

@@ -2,6 +2,8 @@
 cache, recompute-only preemption of the latest admitted request, the null block, tail-first
 eviction (cases written after vLLM's tests/v1/core/test_prefix_caching.py and
 test_scheduler.py, with our own code)."""
+import dataclasses
+
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
@@ -302,6 +304,20 @@ def test_more_children_than_max_num_seqs_queue_in_v1_and_are_refused_in_v0():
     v0 = Engine.length_only(EngineConfig(block_size=4, num_gpu_blocks=32, max_num_seqs=2))
     with pytest.raises(ValueError, match="n/beam_width 4 exceeds max_num_seqs 2"):
         v0.add_request([5, 6, 7], sp)
+
+
+def test_unseeded_children_draw_apart_from_the_next_requests():
+    """Without a seed, vLLM's v1 children sample independently; their default seeds here must
+    not be the next requests' (child 1 of request 0 once had request 1's seed)."""
+    eng = Engine(v1(model="default", block_size=8, num_gpu_blocks=64))
+    sp = SamplingParams(n=2, max_tokens=12, ignore_eos=True, temperature=1.0)
+    first, second = (eng.add_request("ROMEO:", sp) for _ in range(2))
+    run_all(eng)
+    ids = [[o.token_ids for o in eng.get_output(r).outputs] for r in (first, second)]
+    assert len({tuple(t) for pair in ids for t in pair}) == 4, ids
+    # a given seed: child i is seeded seed + i, as vLLM's parallel_sampling.py does
+    eng.add_request("ROMEO:", dataclasses.replace(sp, seed=7), request_id="s")
+    assert [eng.groups[c].params.seed for c in eng.children["s"]] == [7, 8]
 
 
 def test_a_lookup_is_counted_once_when_its_request_is_admitted():
