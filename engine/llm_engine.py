@@ -141,7 +141,8 @@ class Engine:
 
         ``cache_salt`` (vLLM's name): only requests with the same salt share prefix-cache
         blocks. In v1 a request with n > 1 becomes n child requests with ids ``"{i}_{id}"``,
-        child i seeded with seed + i (vLLM v1 engine/parallel_sampling.py); the id returned is
+        child i seeded with seed + i if the request has a seed (vLLM v1
+        engine/parallel_sampling.py), else with its own default seed; the id returned is
         the parent's, and ``get_output`` gathers the children's outputs."""
         ids, params = self.check_request(prompt, params)
         if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):

@@ -27,9 +27,9 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        if self.seed == -1 and not isinstance(self.seed, bool):
+        if type(self.seed) is int and self.seed == -1:
             object.__setattr__(self, "seed", None)      # vLLM: seed=-1 means no seed
-        if self.top_k == 0 and not isinstance(self.top_k, bool):
+        if type(self.top_k) is int and self.top_k == 0:
             object.__setattr__(self, "top_k", -1)       # vLLM: 0 (or -1) considers all tokens
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))

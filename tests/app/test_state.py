@@ -53,6 +53,16 @@ def test_bad_settings_raise_and_keep_the_engine(model):
     assert len(lab.snapshots()) == 3
 
 
+def test_the_page_passes_only_the_settings_that_apply():
+    """The engine refuses beam settings without beams and top-k / top-p with them (as vLLM v0
+    did); the sidebar keeps both kinds, so the page hands over only those that apply."""
+    from app.state import make_params
+    plain = make_params(preset("single").replace(length_penalty=2.0, top_k=5))
+    assert plain.length_penalty == 1.0 and plain.top_k == 5
+    beams = make_params(preset("beam").replace(top_k=5, top_p=0.9, length_penalty=2.0))
+    assert beams.beam_width > 1 and (beams.top_k, beams.top_p, beams.length_penalty) == (-1, 1.0, 2.0)
+
+
 @needs_model
 def test_kernel_backend_setting_reaches_the_engine(model):
     """The sidebar's Kernels setting forces a backend; the snapshot shows the label that ran."""

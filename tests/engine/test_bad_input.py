@@ -73,6 +73,8 @@ def test_duplicate_request_id_and_generate_validate_first(eng):
     (dict(top_k=-2), "top_k"),
     (dict(top_k=2.5), "top_k"),
     (dict(seed=-2), "seed"),
+    (dict(seed=-1.0), "seed"),
+    (dict(top_k=0.0), "top_k"),
     (dict(beam_width=2, top_k=5), "top_k off"),
     (dict(beam_width=2, top_p=0.9), "top_p at 1"),
     (dict(length_penalty=2.0), "without beam search"),

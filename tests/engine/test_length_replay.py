@@ -107,6 +107,13 @@ def test_a_request_that_can_never_fit_is_refused_like_the_engine():
         replay_trace(trace, config, max_model_len=256)
     with pytest.raises(ValueError, match="max_model_len"):
         replay_trace(trace, EngineConfig(block_size=4, num_gpu_blocks=64), max_model_len=64)
+    # a v0 prompt longer than the step budget: both refuse it, naming the budget
+    budget = EngineConfig(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=16, max_history=1)
+    long = pd.DataFrame({"arrival_step": [0], "prompt_len": [20], "output_len": [2]})
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        engine_run(long, budget, 256)
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        replay_trace(long, budget, max_model_len=256)
 
 
 @pytest.mark.parametrize("config, match", [
