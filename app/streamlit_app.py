@@ -339,10 +339,14 @@ def sidebar(lab: Lab) -> None:
                                  "compute; a longer prompt is computed in chunks (chunked "
                                  "prefill). v0 computes whole prompts in a prefill step.")
             with st.expander("More sampling settings"):
-                st.number_input("top-p", key="w_top_p", step=0.05, format="%.2f")
-                st.number_input("top-k (-1 = off)", key="w_top_k", step=1)
+                st.number_input("top-p", key="w_top_p", step=0.05, format="%.2f",
+                                help="sampling only: beam search ranks every token, so with "
+                                     "beam width > 1 it is not used")
+                st.number_input("top-k (-1 = off)", key="w_top_k", step=1,
+                                help="sampling only: not used with beam width > 1")
                 st.number_input("length penalty (beams)", key="w_length_penalty", step=0.1,
-                                format="%.2f")
+                                format="%.2f", help="beam search only: not used with beam "
+                                                    "width 1")
                 st.checkbox("ignore EOS (always run to max tokens)", key="w_ignore_eos")
             with st.expander("Kernels"):
                 st.selectbox("Kernel backend", ["auto", "torch", "triton", "triton-legacy"],
