@@ -83,7 +83,10 @@ class InputProcessor:
         ids = self.tokenize(prompt)
         limit = (f"max_model_len ({self.max_model_len} tokens)"
                  if self.config.max_model_len is not None
-                 else f"the model's context of {self.max_model_len} tokens")
+                 else f"the model's context of {self.max_model_len} tokens"
+                 + (" (its sliding_window: this engine's attention is full attention, which "
+                    "equals the model's only within the window)"
+                    if self.spec.sliding_window == self.max_model_len else ""))
         if len(ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(ids)} tokens; {limit} leaves no room for "
                              "a new token")

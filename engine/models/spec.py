@@ -9,14 +9,27 @@ LLAMA_FAMILY = ("llama", "mistral", "qwen2")
 GPT2_ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu")
 
 
-def _context_len(cfg) -> int:
-    """Positions the model supports; capped at a sliding window (Mistral) since our attention
-    is full attention, which equals windowed attention only within the window."""
-    n = cfg.max_position_embeddings
+def sliding_window_of(cfg) -> int | None:
+    """The window transformers really slides for this config, or None: a config's
+    ``layer_types`` says which layers slide (Qwen2 derives them from ``max_window_layers``, so
+    ``use_sliding_window`` with no sliding layer slides nothing); otherwise a set
+    ``sliding_window`` slides every layer (Mistral, and Llama too: transformers' attention reads
+    the field)."""
     window = getattr(cfg, "sliding_window", None)
-    if window and getattr(cfg, "use_sliding_window", True):
-        n = min(n, window)
-    return n
+    if not window:
+        return None
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types is not None:
+        return window if "sliding_attention" in layer_types else None
+    return window if getattr(cfg, "use_sliding_window", True) else None
+
+
+def _context_len(cfg) -> int:
+    """Positions the model supports; capped at a sliding window since our attention is full
+    attention, which equals windowed attention only within the window."""
+    window = sliding_window_of(cfg)
+    n = cfg.max_position_embeddings
+    return min(n, window) if window else n
 
 
 def eos_ids(eos) -> tuple[int, ...]:
@@ -53,6 +66,7 @@ class ModelSpec:
     # every id that ends generation: config.json's eos_token_id (an int or a list), replaced by
     # generation_config.json's when that file sets one (transformers' generate reads it too)
     eos_token_ids: tuple[int, ...] = ()
+    sliding_window: int | None = None      # the window that capped max_model_len, if any
 
     def with_eos(self, eos) -> "ModelSpec":
         """The same spec with generation stopping on ``eos`` (an int, a list, or None)."""
@@ -77,21 +91,26 @@ class ModelSpec:
         if rope_type != "default":
             raise ValueError(f"unsupported RoPE scaling {rope_type!r} (only 'default' is implemented)")
         theta = rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
-        if getattr(cfg, "hidden_act", "silu") != "silu":
+        if getattr(cfg, "hidden_act", "silu") not in ("silu", "swish"):   # transformers: same
             raise ValueError(f"unsupported activation {cfg.hidden_act!r} (only 'silu')")
+        if getattr(cfg, "mlp_bias", False):
+            raise ValueError("unsupported mlp_bias=True (biases in the MLP's projections)")
         heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         eos = eos_ids(cfg.eos_token_id)
-        qkv_bias = mt == "qwen2" or bool(getattr(cfg, "attention_bias", False))
+        # Qwen2 always has q/k/v biases and no o_proj bias; only Llama reads attention_bias
+        # (transformers' MistralAttention has no biases whatever the config says)
+        llama_bias = mt == "llama" and bool(getattr(cfg, "attention_bias", False))
+        qkv_bias = mt == "qwen2" or llama_bias
         return cls(
             model_type=mt, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
             intermediate_size=cfg.intermediate_size, num_layers=cfg.num_hidden_layers,
             num_heads=heads, num_kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
             head_dim=head_dim, norm_eps=cfg.rms_norm_eps, rope_theta=float(theta),
-            max_model_len=_context_len(cfg),
+            max_model_len=_context_len(cfg), sliding_window=sliding_window_of(cfg),
             tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
             attention_bias=qkv_bias,
-            o_proj_bias=mt != "qwen2" and bool(getattr(cfg, "attention_bias", False)),
+            o_proj_bias=llama_bias,
             eos_token_id=eos[0] if eos else None, bos_token_id=cfg.bos_token_id,
             eos_token_ids=eos,
         )

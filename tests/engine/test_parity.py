@@ -36,3 +36,35 @@ def test_beam_search_matches_transformers(arch, request):
     scores = [o.cumulative_logprob for o in out.outputs]
     assert scores == sorted(scores, reverse=True)          # best first
     eng.check_invariants()
+
+
+def test_what_the_loader_accepts_follows_transformers_modeling():
+    """Read as transformers' modeling code reads a config: Qwen2 slides only the layers its
+    layer_types say (max_window_layers); a sliding_window elsewhere slides every layer (Mistral,
+    and Llama, whose attention reads the field too), which caps the context (our attention is
+    full attention) and the refusal says so; Mistral has no attention biases whatever
+    attention_bias says; "swish" is SiLU; an MLP with biases is refused by name."""
+    import transformers
+    from engine.models.spec import ModelSpec
+    small = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    llama = ModelSpec.from_hf_config(transformers.LlamaConfig(**small, sliding_window=8))
+    assert llama.max_model_len == 8
+    full = transformers.Qwen2Config(**small, use_sliding_window=True, sliding_window=8,
+                                    max_window_layers=2)
+    slid = transformers.Qwen2Config(**small, use_sliding_window=True, sliding_window=8,
+                                    max_window_layers=0)
+    assert ModelSpec.from_hf_config(full).max_model_len == 64
+    assert ModelSpec.from_hf_config(slid).max_model_len == 8
+    mistral = ModelSpec.from_hf_config(transformers.MistralConfig(**small, sliding_window=8,
+                                                                  attention_bias=True))
+    assert mistral.max_model_len == 8 and not mistral.attention_bias
+    assert not mistral.o_proj_bias
+    assert ModelSpec.from_hf_config(transformers.LlamaConfig(**small, hidden_act="swish"))
+    with pytest.raises(ValueError, match="mlp_bias"):
+        ModelSpec.from_hf_config(transformers.LlamaConfig(**small, mlp_bias=True))
+    from engine.input_processor import InputProcessor
+    from engine import EngineConfig
+    inputs = InputProcessor(mistral, None, EngineConfig())
+    with pytest.raises(ValueError, match="sliding_window"):
+        inputs.check(list(range(10)), None)
