@@ -66,7 +66,7 @@ class ModelSpec:
     # every id that ends generation: config.json's eos_token_id (an int or a list), replaced by
     # generation_config.json's when that file sets one (transformers' generate reads it too)
     eos_token_ids: tuple[int, ...] = ()
-    sliding_window: int | None = None      # the window that capped max_model_len, if any
+    sliding_window: int | None = None      # the window transformers slides (caps max_model_len)
 
     def with_eos(self, eos) -> "ModelSpec":
         """The same spec with generation stopping on ``eos`` (an int, a list, or None)."""
