@@ -128,21 +128,25 @@ class BlockManager:
             n += 1
         return n
 
+    def _prefill_reuse(self, seq: Sequence, share_with: Sequence | None) -> tuple[int, list[int]]:
+        """What a prefill reuses: leading blocks shared with ``share_with``, else (0, the
+        prefix-cache hits)."""
+        shared = self._shared_prefix(share_with, seq)
+        return (shared, []) if shared else (0, self._prefix_hits(seq))
+
+    def prefill_need(self, seq: Sequence, share_with: Sequence | None = None) -> tuple[int, int]:
+        """(free blocks, tokens) a prefill would take: the blocks it does not reuse (reviving a
+        cached free block takes one too), and the tokens it computes, i.e. ``num_tokens`` minus
+        what ``allocate_for_prefill`` will return."""
+        shared, hits = self._prefill_reuse(seq, share_with)
+        reused = shared + len(hits)
+        blocks = (-(-seq.num_tokens // self.block_size) - reused
+                  + sum(1 for b in hits if self.gpu.ref_count[b] == 0))
+        return blocks, seq.num_tokens - reused * self.block_size
+
     def blocks_needed_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
         """Free blocks a prefill would consume (reviving a cached free block consumes one)."""
-        total = -(-seq.num_tokens // self.block_size)
-        shared = self._shared_prefix(share_with, seq)
-        if shared:
-            return total - shared
-        hits = self._prefix_hits(seq)
-        return total - len(hits) + sum(1 for b in hits if self.gpu.ref_count[b] == 0)
-
-    def tokens_to_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
-        """Tokens a prefill will compute: all but those of the blocks it reuses (shared with
-        ``share_with`` or found in the prefix cache), i.e. ``num_tokens`` minus what
-        ``allocate_for_prefill`` will return."""
-        reused = self._shared_prefix(share_with, seq) or len(self._prefix_hits(seq))
-        return seq.num_tokens - reused * self.block_size
+        return self.prefill_need(seq, share_with)[0]
 
     def allocate_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
         """Give a waiting sequence blocks for all its tokens; returns the tokens already cached.
@@ -153,7 +157,7 @@ class BlockManager:
         assert not seq.block_table, f"seq {seq.seq_id} already holds blocks"
         bs = self.block_size
         seq.block_device = "gpu"
-        shared = self._shared_prefix(share_with, seq)
+        shared, hits = self._prefill_reuse(seq, share_with)
         if shared:
             for b in share_with.block_table[:shared]:
                 self.gpu.incref(b)
@@ -162,7 +166,6 @@ class BlockManager:
             if self.caching:
                 self._update_hashes(seq)
         else:
-            hits = self._prefix_hits(seq)
             self._count_query(seq, len(hits))
             for i, b in enumerate(hits):
                 self.gpu.incref(b)

@@ -74,6 +74,16 @@ class InputProcessor:
             return list(prompt)
         raise ValueError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}")
 
+    def _limit(self) -> str:
+        """The length limit, named for a refusal."""
+        if self.config.max_model_len is not None:
+            return f"max_model_len ({self.max_model_len} tokens)"
+        text = f"the model's context of {self.max_model_len} tokens"
+        if self.spec.sliding_window == self.max_model_len:
+            text += (" (its sliding_window: this engine's attention is full attention, which "
+                     "equals the model's only within the window)")
+        return text
+
     def check(self, prompt: str | list[int], params: SamplingParams | None
               ) -> tuple[list[int], SamplingParams]:
         """Validate a request without touching any state; returns (token ids, params)."""
@@ -81,18 +91,12 @@ class InputProcessor:
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         ids = self.tokenize(prompt)
-        limit = (f"max_model_len ({self.max_model_len} tokens)"
-                 if self.config.max_model_len is not None
-                 else f"the model's context of {self.max_model_len} tokens"
-                 + (" (its sliding_window: this engine's attention is full attention, which "
-                    "equals the model's only within the window)"
-                    if self.spec.sliding_window == self.max_model_len else ""))
         if len(ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(ids)} tokens; {limit} leaves no room for "
-                             "a new token")
+            raise ValueError(f"the prompt has {len(ids)} tokens; {self._limit()} leaves no room "
+                             "for a new token")
         if len(ids) + params.max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                             f"{limit}")
+                             f"{self._limit()}")
         budget = self.config.max_num_batched_tokens
         if self.config.semantics == "v0" and len(ids) > budget:
             # v0 prefills a prompt in one step (no chunking), so vLLM v0's prompt limit is

@@ -131,15 +131,13 @@ class Scheduler:
         while self.waiting:
             g = self.waiting[0]
             first = g.seqs[0]
-            need = sum(self.bm.blocks_needed_for_prefill(s, first if s is not first else None)
-                       for s in g.seqs)
+            # the budget counts computed tokens only, not those reused from the cache (vLLM's
+            # _schedule_prefills: budget.can_schedule(num_new_tokens=num_new_tokens_uncached))
+            needs = [self.bm.prefill_need(s, first if s is not first else None) for s in g.seqs]
+            need, new_tokens = sum(b for b, _ in needs), sum(t for _, t in needs)
             then = first_decode_blocks(g, self.bm.block_size)
             if need + then + reserved > self.bm.gpu.num_free:
                 break
-            # the budget counts computed tokens only, not those reused from the cache (vLLM's
-            # _schedule_prefills: budget.can_schedule(num_new_tokens=num_new_tokens_uncached))
-            new_tokens = sum(self.bm.tokens_to_prefill(s, first if s is not first else None)
-                             for s in g.seqs)
             if batch.groups and tokens + new_tokens > self.max_num_batched_tokens:
                 break
             if self.num_running_seqs() + fanout(g) > self.max_num_seqs:
