@@ -108,6 +108,10 @@ class InputProcessor:
                              f"{self.spec.vocab_size}")
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer (this model has none)")
+        outside = [t for t in params.stop_token_ids or () if t >= self.spec.vocab_size]
+        if outside:
+            raise ValueError(f"stop_token_ids must be token ids in [0, {self.spec.vocab_size}); "
+                             f"got {outside[:5]}")
         cfg = self.config
         if cfg.semantics == "v1":
             if params.use_beam_search:

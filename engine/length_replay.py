@@ -61,6 +61,8 @@ def unsupported(config: EngineConfig, params: SamplingParams | None = None) -> s
             return "ignore_eos=False: an EOS would end a request before max_tokens"
         if params.stop:
             return "stop strings: they would end a request before max_tokens"
+        if params.stop_token_ids:
+            return "stop_token_ids: they would end a request before max_tokens"
     return None
 
 

@@ -30,18 +30,26 @@ from engine.scheduler import ScheduledBatch
 from engine.sequence import Sequence, SequenceGroup, SeqStatus
 
 
-def find_stop(text: str, new: str, stops) -> int | None:
+def find_stop(text: str, new: str, stops) -> tuple[int, str] | None:
     """Where the first stop string, in the list's order, that ends inside the newly emitted
-    text starts, or None (vLLM's check_stop_strings, v1 detokenizer / v0 StopChecker: the first
-    listed one that matches wins, not the earliest in the text). Only ``text``'s last
-    ``len(new) + len(stop) - 1`` characters can hold one the previous steps have not seen."""
+    text starts, and which one it is; or None (vLLM's check_stop_strings, v1 detokenizer / v0
+    StopChecker: the first listed one that matches wins, not the earliest in the text). Only
+    ``text``'s last ``len(new) + len(stop) - 1`` characters can hold one the previous steps
+    have not seen."""
     if not new or not stops:
         return None
     for stop in stops:
         i = text.find(stop, max(0, len(text) - len(new) - len(stop) + 1))
         if i >= 0:
-            return i
+            return i, stop
     return None
+
+
+def cut_at_stop(text: str, hit: tuple[int, str], include: bool) -> str:
+    """The text a stop string ends with: cut before it, or after it with
+    ``include_stop_str_in_output`` (vLLM drops whatever follows the stop string either way)."""
+    at, stop = hit
+    return text[:at + len(stop)] if include else text[:at]
 
 
 class OutputProcessor:
@@ -49,6 +57,12 @@ class OutputProcessor:
                  emit: Callable[[ev.Event], None], new_seq_id: Callable[[], int]):
         self.bm = bm
         self.eos = frozenset(eos_token_ids)
+        # vLLM stops at the tokenizer's EOS with no stop_reason; any other EOS id the model
+        # lists joins the request's stop_token_ids (SamplingParams.update_from_generation_config),
+        # so ending there reports that id as the stop_reason
+        primary = getattr(tokenizer, "eos_token_id", None)
+        self.primary_eos = (primary if primary in self.eos
+                            else eos_token_ids[0] if eos_token_ids else None)
         self.tokenizer = tokenizer
         self.emit = emit
         self.new_seq_id = new_seq_id
@@ -64,14 +78,14 @@ class OutputProcessor:
             if not live:
                 continue
             p = g.params
+            banned = self._banned(p, live[0].num_output_tokens)   # a group's seqs: one length
             if p.use_beam_search:
-                eos = 0 if p.ignore_eos else len(self.eos)
                 asks = [BeamAsk([rows[s.seq_id] for s in live], [s.cumulative_logprob for s in live],
-                                num_candidates(p.beam_width, eos))]
+                                num_candidates(p.beam_width, len(self._stop_ids(p))), banned)]
             elif p.n > 1 and not g.forked:
-                asks = [TokenAsk(rows[live[0].seq_id], p.n, p, g.generator)]
+                asks = [TokenAsk(rows[live[0].seq_id], p.n, p, g.generator, banned)]
             else:
-                asks = [TokenAsk(rows[s.seq_id], 1, p, g.generator) for s in live]
+                asks = [TokenAsk(rows[s.seq_id], 1, p, g.generator, banned) for s in live]
             work.append((g, live, asks))
         answers = iter(sample_step(logits, [a for _, _, asks in work for a in asks]))
         finished = []
@@ -115,31 +129,64 @@ class OutputProcessor:
         s.output_text = state.text
         return new
 
+    # ---- stop rules (vLLM's SamplingParams: stop_token_ids, min_tokens) -------------------
+    def _stop_ids(self, p) -> frozenset[int]:
+        """The token ids that end a sequence under ``p``: its stop tokens, and the model's EOS
+        ids unless ``ignore_eos``."""
+        return (self.eos if not p.ignore_eos else frozenset()) | frozenset(p.stop_token_ids or ())
+
+    def _banned(self, p, output_len: int) -> tuple[int, ...]:
+        """What may not be sampled now: before ``min_tokens`` output tokens, every EOS id and
+        stop token (vLLM's ``all_stop_token_ids``, EOS ids included even with ignore_eos:
+        v1 MinTokensLogitsProcessor, v0 _apply_min_tokens_penalty)."""
+        if output_len >= p.min_tokens:
+            return ()
+        return tuple(sorted(self.eos | frozenset(p.stop_token_ids or ())))
+
+    def _token_stop(self, p, token: int) -> tuple[bool, int | None]:
+        """Whether ``token`` ends a sequence (an EOS id or a stop token), and its stop_reason."""
+        if not p.ignore_eos and token in self.eos:
+            return True, None if token == self.primary_eos else token
+        if p.stop_token_ids and token in p.stop_token_ids:
+            return True, token
+        return False, None
+
     def _append(self, g: SequenceGroup, s: Sequence, token: int, logprob: float) -> None:
         s.token_ids.append(token)
         s.cumulative_logprob += logprob
         self.emit(ev.Sample(s.seq_id, token, logprob))
-        new = self._emit_text(s)
         p = g.params
-        # EOS, then stop strings, then the length cap, as vLLM checks them (v1:
-        # vllm/v1/core/sched/utils.py check_stop, with a stop string found by the detokenizer
-        # overriding "length"; v0: StopChecker.maybe_stop_sequence): an EOS or a stop string
-        # completed by the max_tokens-th token is a "stop", and the stop string is cut.
-        if not p.ignore_eos and token in self.eos:
-            self.finish(g, s, "stop")
+        # Nothing stops a sequence before min_tokens; then an EOS or stop token, then stop
+        # strings, then the length cap, as vLLM checks them (v1: vllm/v1/core/sched/utils.py
+        # check_stop, with a stop string found by the detokenizer overriding "length"; v0:
+        # StopChecker.maybe_stop_sequence): an EOS, stop token or stop string completed by the
+        # max_tokens-th token is a "stop". A stop token's text and a stop string are left out
+        # of the text unless include_stop_str_in_output (v1 Detokenizer.update(stop_terminated)).
+        may_stop = s.num_output_tokens >= p.min_tokens
+        stops, reason = self._token_stop(p, token) if may_stop else (False, None)
+        if stops and not p.include_stop_str_in_output:
+            text = detokenize_flush(self.tokenizer, s.token_ids[:-1], self._state(s))
+            self.finish(g, s, "stop", text=text, stop_reason=reason)
             return
-        if p.stop:
-            at = find_stop(s.output_text, new, p.stop)
-            if at is not None:
-                self.finish(g, s, "stop", text=s.output_text[:at])
+        new = self._emit_text(s)
+        if stops:
+            self.finish(g, s, "stop", stop_reason=reason)
+            return
+        if p.stop and may_stop:
+            hit = find_stop(s.output_text, new, p.stop)
+            if hit is not None:
+                self.finish(g, s, "stop", stop_reason=hit[1],
+                            text=cut_at_stop(s.output_text, hit, p.include_stop_str_in_output))
                 return
         if s.num_output_tokens >= p.max_tokens:
             self.finish(g, s, "length")
 
     def finish(self, g: SequenceGroup, s: Sequence, reason: str,
-               status: SeqStatus = SeqStatus.FINISHED, text: str | None = None) -> None:
+               status: SeqStatus = SeqStatus.FINISHED, text: str | None = None,
+               stop_reason: int | str | None = None) -> None:
         """End a live sequence: free its blocks, record why; ``text`` overrides its final text
         (a stop string cuts it), else any pending half character is flushed."""
+        s.stop_reason = stop_reason
         if text is None and status == SeqStatus.FINISHED:
             text = detokenize_flush(self.tokenizer, s.token_ids, self._state(s))
         if text is not None:
@@ -155,18 +202,23 @@ class OutputProcessor:
     # ---- beam search --------------------------------------------------------------------
     def _stopping(self, g: SequenceGroup, parent: Sequence, token: int):
         """Does extending ``parent`` by ``token`` end a hypothesis? (False, or the finished
-        hypothesis's text: EOS keeps the text, a stop string cuts it.)"""
+        hypothesis's (text, stop_reason), by the rules of ``_append``.)"""
         p = g.params
-        eos = not p.ignore_eos and token in self.eos
-        if not (eos or p.stop):
+        may_stop = parent.num_output_tokens + 1 >= p.min_tokens
+        stops, reason = self._token_stop(p, token) if may_stop else (False, None)
+        if not (stops or (p.stop and may_stop)):
             return False
-        ids = parent.token_ids + [token]
         state = self._state(parent).copy()
+        if stops and not p.include_stop_str_in_output:
+            return detokenize_flush(self.tokenizer, parent.token_ids, state), reason
+        ids = parent.token_ids + [token]
         new = detokenize_step(self.tokenizer, ids, state)
-        if eos:
-            return detokenize_flush(self.tokenizer, ids, state)
-        at = find_stop(state.text, new, p.stop)
-        return state.text[:at] if at is not None else False
+        if stops:
+            return detokenize_flush(self.tokenizer, ids, state), reason
+        hit = find_stop(state.text, new, p.stop)
+        if hit is None:
+            return False
+        return cut_at_stop(state.text, hit, p.include_stop_str_in_output), hit[1]
 
     def _beam_step(self, g: SequenceGroup, live: list[Sequence],
                    ranked: list[tuple[int, int, float]], step_no: int) -> None:
@@ -174,13 +226,13 @@ class OutputProcessor:
         out_len = live[0].num_output_tokens + 1        # every live beam, after this token
         ends = [self._stopping(g, live[parent], tok) for parent, tok, _ in ranked]
         running, new_finished = select_candidates(ranked, p.beam_width, ends)
-        for c, text in new_finished:     # a finished hypothesis is kept as data: no blocks
+        for c, (text, stop_reason) in new_finished:   # a finished hypothesis: data, no blocks
             parent = live[c.parent]
             hyp = Sequence(self.new_seq_id(), g.request_id, parent.token_ids + [c.token_id],
                            parent.prompt_len, parent_seq_id=parent.seq_id,
                            born_step=step_no + 1, status=SeqStatus.FINISHED,
                            cumulative_logprob=c.cum_logprob, finish_reason="stop",
-                           output_text=text)
+                           stop_reason=stop_reason, output_text=text)
             g.done_seqs.append(hyp)
             self.emit(ev.Finish(hyp.seq_id, "stop"))
         # survivors: a parent's first child continues in the parent's own sequence; further
@@ -227,5 +279,6 @@ class OutputProcessor:
             chosen = sorted((s for s in g.all_seqs() if s.status != SeqStatus.PRUNED),
                             key=lambda s: s.seq_id)
         outs = [CompletionOutput(i, s.output_text, list(s.output_token_ids), s.cumulative_logprob,
-                                 s.finish_reason, s.seq_id) for i, s in enumerate(chosen)]
+                                 s.finish_reason, s.seq_id, s.stop_reason)
+                for i, s in enumerate(chosen)]
         return RequestOutput(g.request_id, g.prompt, list(g.prompt_token_ids), outs, g.is_finished)

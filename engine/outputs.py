@@ -12,6 +12,9 @@ class CompletionOutput:
     cumulative_logprob: float
     finish_reason: str | None
     seq_id: int
+    # vLLM's stop_reason: the stop string or stop token id that ended the sequence; None when
+    # it ended at the length cap or at the model's own EOS token
+    stop_reason: int | str | None = None
 
 
 @dataclass(frozen=True)

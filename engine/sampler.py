@@ -46,20 +46,36 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch
 
 @dataclass(frozen=True)
 class TokenAsk:
-    """``count`` tokens for row ``row`` (n > 1 forks draw all n from the parent's row)."""
+    """``count`` tokens for row ``row`` (n > 1 forks draw all n from the parent's row), never
+    one of ``banned`` (``min_tokens`` not reached: the stop tokens); the logprob reported is
+    the model's own, before the ban (vLLM v1's default raw logprobs)."""
     row: int
     count: int
     params: SamplingParams
     generator: torch.Generator
+    banned: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class BeamAsk:
     """The ``count`` best (beam, token) extensions of the live beams in ``rows``, ranked by
-    cumulative logprob ``cum_logprobs[i] + logprob(token | beam i)``."""
+    cumulative logprob ``cum_logprobs[i] + logprob(token | beam i)``; a ``banned`` token's
+    logprob is -inf (transformers' ``min_new_tokens`` processor, applied to the beam scores)."""
     rows: list[int]
     cum_logprobs: list[float]
     count: int
+    banned: tuple[int, ...] = ()
+
+
+def _ban(logits: torch.Tensor, asks: list) -> torch.Tensor:
+    """``logits`` with each ask's banned tokens at -inf in its rows (a copy, only if needed)."""
+    bans = [(a.row, a.banned) for a in asks if isinstance(a, TokenAsk) and a.banned]
+    if not bans:
+        return logits
+    logits = logits.clone()
+    for row, ids in bans:
+        logits[row, list(ids)] = float("-inf")
+    return logits
 
 
 def sample_step(logits: torch.Tensor, asks: list) -> list:
@@ -72,6 +88,7 @@ def sample_step(logits: torch.Tensor, asks: list) -> list:
         return []
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     vocab = logits.shape[-1]
+    logits = _ban(logits, asks)                  # what may be chosen (logprobs stay the model's)
     greedy = [a for a in asks if isinstance(a, TokenAsk) and a.params.is_greedy]
     pieces, sizes = [], {}
     if greedy:   # argmax over the whole batch (one pass, no row copies), then pick the rows
@@ -90,7 +107,10 @@ def sample_step(logits: torch.Tensor, asks: list) -> list:
             sizes[i] = ask.count
         else:
             cum = torch.tensor(ask.cum_logprobs, dtype=torch.float32, device=logits.device)
-            scores = (cum[:, None] + logprobs[ask.rows]).flatten()
+            beam_lp = logprobs[ask.rows]             # a copy: the ban stays in this ask
+            if ask.banned:
+                beam_lp[:, list(ask.banned)] = float("-inf")
+            scores = (cum[:, None] + beam_lp).flatten()
             top = torch.topk(scores, min(ask.count, scores.numel()))
             pieces += [top.indices.double(), top.values.double()]
             sizes[i] = top.indices.numel()

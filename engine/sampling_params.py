@@ -25,6 +25,13 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] | None = None
     ignore_eos: bool = False
+    # vLLM's names and defaults (vllm/sampling_params.py): token ids that end a sequence like an
+    # EOS does (its finish reason "stop", its stop_reason the id); the fewest output tokens
+    # before any EOS, stop token or stop string may end it (until then they cannot be sampled);
+    # whether a stop string, or a stop token's text, stays in the output text
+    stop_token_ids: tuple[int, ...] | None = None
+    min_tokens: int = 0
+    include_stop_str_in_output: bool = False
 
     def __post_init__(self):
         if type(self.seed) is int and self.seed == -1:
@@ -38,6 +45,11 @@ class SamplingParams:
         elif self.stop is not None:
             raise ValueError(f"invalid SamplingParams: stop must be a string or a list of strings, "
                              f"got {self.stop!r}")
+        if isinstance(self.stop_token_ids, (list, tuple)):
+            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        elif self.stop_token_ids is not None:
+            raise ValueError(f"invalid SamplingParams: stop_token_ids must be a list of token ids, "
+                             f"got {self.stop_token_ids!r}")
         problems = self.problems()
         if problems:
             raise ValueError("invalid SamplingParams: " + "; ".join(problems))
@@ -66,6 +78,16 @@ class SamplingParams:
             p.append(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
         if self.stop is not None and any(not isinstance(s, str) or not s for s in self.stop):
             p.append("stop must be a list of non-empty strings")
+        if self.stop_token_ids is not None and any(
+                not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in self.stop_token_ids):
+            p.append(f"stop_token_ids must be token ids (integers >= 0), got {list(self.stop_token_ids)!r}")
+        if not isinstance(self.min_tokens, int) or isinstance(self.min_tokens, bool) or self.min_tokens < 0:
+            p.append(f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
+        elif isinstance(self.max_tokens, int) and self.min_tokens > self.max_tokens:
+            p.append(f"min_tokens must be at most max_tokens={self.max_tokens}, got {self.min_tokens}")
+        if not isinstance(self.include_stop_str_in_output, bool):
+            p.append(f"include_stop_str_in_output must be True or False, got "
+                     f"{self.include_stop_str_in_output!r}")
         # settings that would have no effect are refused, as vLLM v0's _verify_beam_search /
         # _verify_non_beam_search did (rather than accepted and ignored)
         if not p and self.beam_width > 1:

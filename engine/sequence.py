@@ -43,6 +43,7 @@ class Sequence:
     # vLLM's cache_salt: only sequences with the same salt share prefix-cache blocks
     cache_salt: str | None = None
     finish_reason: str | None = None
+    stop_reason: int | str | None = None      # vLLM's: the stop string or stop token id
     # times the v1 scheduler preempted it (vLLM v1's Request.num_preemptions): its later
     # prefix-cache lookups are counted apart (KVCacheManagerV1._count_query)
     num_preemptions: int = 0

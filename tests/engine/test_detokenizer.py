@@ -48,13 +48,13 @@ def test_engine_text_equals_whole_decode(tok):
 
 
 def test_find_stop_looks_only_at_the_new_tail():
-    assert find_stop("hello world", "rld", ["wor"]) == 6       # overlaps the new text
+    assert find_stop("hello world", "rld", ["wor"]) == (6, "wor")      # overlaps the new text
     assert find_stop("hello world", "ld", ["wor"]) is None      # ended before it: seen already
     assert find_stop("hello world", "d", ["hello"]) is None     # seen (and not hit) before
     # the first listed stop string that matches wins, as in vLLM's check_stop_strings
-    assert find_stop("abcabc", "c", ["bc", "abc"]) == 4
-    assert find_stop("abcabc", "c", ["abc", "bc"]) == 3
-    assert find_stop("xyz ab", "b", ["zz", "ab", "z ab"]) == 4
+    assert find_stop("abcabc", "c", ["bc", "abc"]) == (4, "bc")
+    assert find_stop("abcabc", "c", ["abc", "bc"]) == (3, "abc")
+    assert find_stop("xyz ab", "b", ["zz", "ab", "z ab"]) == (4, "ab")
     assert find_stop("abc", "", ["abc"]) is None                # nothing new: nothing to find
 
 

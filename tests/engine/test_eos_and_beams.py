@@ -140,3 +140,50 @@ def test_stop_strings_end_beams_as_transformers_does(default_model_path):
     assert [o.token_ids for o in out.outputs] == want
     stopped = [o for o in out.outputs if o.finish_reason == "stop"]
     assert stopped and all(stop not in o.text for o in stopped)   # text is cut before it
+
+
+@pytest.mark.parametrize("semantics", ["v0", "v1"])
+def test_min_tokens_holds_every_eos_back_as_transformers_min_new_tokens(two_eos, semantics):
+    """vLLM's min_tokens = transformers' min_new_tokens: no EOS id can be sampled (nor end the
+    sequence) before that many output tokens; the EOS the model produces at step 6 is held back
+    by min_tokens=8, so the search goes elsewhere and stops at a later EOS, or at max_tokens."""
+    path, hf, eos = two_eos
+    want = _trim(hf.generate(torch.tensor([PROMPT]), max_new_tokens=20, min_new_tokens=8,
+                             do_sample=False)[0, 6:].tolist(), eos)
+    eng = Engine(EngineConfig(model=path, semantics=semantics, block_size=4, num_gpu_blocks=64))
+    free = eng.generate([PROMPT], SamplingParams(max_tokens=20))[0].outputs[0]
+    held = eng.generate([PROMPT], SamplingParams(max_tokens=20, min_tokens=8))[0].outputs[0]
+    assert len(free.token_ids) == 6 and free.finish_reason == "stop"
+    assert held.token_ids == want and not set(held.token_ids[:8]) & set(eos)
+    assert held.token_ids[:5] == free.token_ids[:5]
+    eng.check_invariants()
+
+
+def test_min_tokens_with_beams_matches_transformers(two_eos):
+    path, hf, eos = two_eos
+    gen = hf.generate(torch.tensor([PROMPT]), max_new_tokens=12, min_new_tokens=7,
+                      do_sample=False, num_beams=3, num_return_sequences=3)
+    want = [_trim(row[len(PROMPT):].tolist(), eos) for row in gen]
+    eng = Engine(EngineConfig(model=path, block_size=4, num_gpu_blocks=128))
+    out = eng.generate([PROMPT], SamplingParams(beam_width=3, max_tokens=12, min_tokens=7))[0]
+    assert [o.token_ids for o in out.outputs] == want
+    assert all(not set(o.token_ids[:7]) & set(eos) for o in out.outputs)
+
+
+def test_stop_token_ids_end_beams_like_eos_ids(two_eos):
+    """Beam search with stop_token_ids: they end hypotheses as the model's EOS ids do, so the
+    search equals transformers' with those ids added to eos_token_id."""
+    path, hf, eos = two_eos
+    base = Engine(EngineConfig(model=path, block_size=4, num_gpu_blocks=128)).generate(
+        [PROMPT], SamplingParams(beam_width=3, max_tokens=12, ignore_eos=True))[0]
+    ids = base.outputs[0].token_ids
+    stop = next(t for i, t in enumerate(ids) if i >= 5 and t not in ids[:i])    # met late
+    gen = hf.generate(torch.tensor([PROMPT]), max_new_tokens=12, do_sample=False, num_beams=3,
+                      num_return_sequences=3, eos_token_id=[*eos, stop])
+    want = [_trim(row[len(PROMPT):].tolist(), (*eos, stop)) for row in gen]
+    eng = Engine(EngineConfig(model=path, block_size=4, num_gpu_blocks=128))
+    out = eng.generate([PROMPT], SamplingParams(beam_width=3, max_tokens=12,
+                                                stop_token_ids=[stop]))[0]
+    assert [o.token_ids for o in out.outputs] == want
+    hyps = [h for h in eng.groups[out.request_id].done_seqs if h.finish_reason == "stop"]
+    assert any(h.token_ids[-1] == stop and h.stop_reason == stop for h in hyps)   # it occurred
