@@ -78,7 +78,8 @@ class Engine:
         self.inputs = InputProcessor(spec, tokenizer, config)
         self._seq_ids = itertools.count()
         self.outputs = OutputProcessor(self.bm, spec.eos_token_ids, tokenizer,
-                                       self._events.append, lambda: next(self._seq_ids))
+                                       self._events.append, lambda: next(self._seq_ids),
+                                       config.semantics)
         self.groups: dict[str, SequenceGroup] = {}
         # v1 parallel sampling: a request with n > 1 runs as n child requests (their ids)
         self.children: dict[str, list[str]] = {}

@@ -54,8 +54,13 @@ def cut_at_stop(text: str, hit: tuple[int, str], include: bool) -> str:
 
 class OutputProcessor:
     def __init__(self, bm: BlockManager, eos_token_ids: tuple[int, ...], tokenizer,
-                 emit: Callable[[ev.Event], None], new_seq_id: Callable[[], int]):
+                 emit: Callable[[ev.Event], None], new_seq_id: Callable[[], int],
+                 semantics: str = "v0"):
         self.bm = bm
+        # a stop string may end a sequence from output token min_tokens on in v0 (StopChecker:
+        # "output_len < min_tokens: no check"), but only after it in v1 (its detokenizer checks
+        # stop strings once len(output) > min_tokens, in the text after the min_tokens-th token)
+        self.stop_strings_later = semantics == "v1"
         self.eos = frozenset(eos_token_ids)
         # vLLM stops at the tokenizer's EOS with no stop_reason; any other EOS id the model
         # lists joins the request's stop_token_ids (SamplingParams.update_from_generation_config),
@@ -143,6 +148,10 @@ class OutputProcessor:
             return ()
         return tuple(sorted(self.eos | frozenset(p.stop_token_ids or ())))
 
+    def _stop_strings_from(self, p) -> int:
+        """The output length from which a stop string may end a sequence (see __init__)."""
+        return p.min_tokens + 1 if self.stop_strings_later and p.min_tokens else p.min_tokens
+
     def _token_stop(self, p, token: int) -> tuple[bool, int | None]:
         """Whether ``token`` ends a sequence (an EOS id or a stop token), and its stop_reason."""
         if not p.ignore_eos and token in self.eos:
@@ -172,7 +181,7 @@ class OutputProcessor:
         if stops:
             self.finish(g, s, "stop", stop_reason=reason)
             return
-        if p.stop and may_stop:
+        if p.stop and s.num_output_tokens >= self._stop_strings_from(p):
             hit = find_stop(s.output_text, new, p.stop)
             if hit is not None:
                 self.finish(g, s, "stop", stop_reason=hit[1],

@@ -54,6 +54,10 @@ def test_min_tokens_holds_back_stop_tokens_and_stop_strings(free_run, semantics)
                                                  min_tokens=len(cut.token_ids) + 1))[0].outputs[0]
     assert cut.finish_reason == "stop" and cut.stop_reason == stop
     assert len(late.token_ids) > len(cut.token_ids)       # that stop string came too early
+    # from min_tokens on it counts in v0 (StopChecker); v1's detokenizer looks only after it
+    at_min = eng.generate([PROMPT], SamplingParams(max_tokens=12, ignore_eos=True, stop=[stop],
+                                                   min_tokens=len(cut.token_ids)))[0].outputs[0]
+    assert (at_min.token_ids == cut.token_ids) == (semantics == "v0")
 
 
 @pytest.mark.parametrize("include", [False, True])
