@@ -108,8 +108,9 @@ COMPARE_NOTES: dict[str, str] = {
             "why.",
     "prefix": "Both find the shared prefix by hash. v0 looks it up once per prefill; v1 looks it "
               "up for every waiting request and counts queries and hits in tokens (vLLM's "
-              "prefix_cache_queries / prefix_cache_hits); freed blocks go back tail-first, so a "
-              "request's last block is evicted before its prefix.",
+              "prefix_cache_queries / prefix_cache_hits). Both free a request's last block first: "
+              "a block with no hash goes to the front of the free queue (reused first), a "
+              "cached one to the back, so its prefix is evicted last.",
     "mixed": "Under pressure v0 preempts the newest sequence (recompute or swap) during a decode "
              "step; v1 preempts the most recently admitted request by recompute only (it has no "
              "swap) and admits nobody in that step. v1 steps also mix decode tokens and prompt "

@@ -7,8 +7,8 @@ This is where every memory event is born. Rules (DESIGN §4):
   the K/V bytes are copied (``pending_copies``, run by the model runner as one batched
   ``copy_blocks`` before the forward pass) and the shared block loses one reference.
   The last sharer (ref_count == 1) writes in place. Full blocks are never written again.
-- Freeing releases blocks in reverse table order, so the LRU free queue evicts a sequence's
-  tail blocks before the prefix blocks other requests are likelier to share.
+- Freeing releases blocks in reverse table order (BlockPool.free_blocks), so a sequence's
+  tail blocks are reused or evicted before the prefix blocks others are likelier to share.
 - A table records the pool it points into (``seq.block_device``), set here whenever a table is
   built, copied, moved or cleared. ``pool_of`` reads only that, never the status: the scheduler
   changes statuses, and a status set a line too early must not make a free decref the other
@@ -254,9 +254,8 @@ class BlockManager:
 
     def free(self, seq: Sequence) -> None:
         pool = self.pool_of(seq)
-        for b in reversed(seq.block_table):
-            if pool.decref(b):
-                self.emit(ev.Free(b, pool.block_hash[b] is not None, pool.device))
+        for b in pool.free_blocks(reversed(seq.block_table)):     # last block first (vLLM)
+            self.emit(ev.Free(b, pool.block_hash[b] is not None, pool.device))
         seq.block_table = []
         seq.block_device = "gpu"        # an empty table; the next one is built on the GPU
         seq.num_computed = 0
@@ -289,9 +288,8 @@ class BlockManager:
                     mapping[b] = nb
                 table.append(mapping[b])
             self.emit(event(seq.seq_id, tuple((b, mapping[b]) for b in seq.block_table)))
-            for b in reversed(seq.block_table):
-                if src.decref(b):
-                    self.emit(ev.Free(b, src.block_hash[b] is not None, src.device))
+            for b in src.free_blocks(reversed(seq.block_table)):
+                self.emit(ev.Free(b, src.block_hash[b] is not None, src.device))
             seq.block_table = table
             seq.block_device = dst.device
             seq.status = status

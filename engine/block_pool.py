@@ -7,8 +7,10 @@ Invariants (kept by every method here, checked by ``Engine.check_invariants``):
 - ``version[b]`` changes whenever anything about ``b`` changes (refcount, tokens, hash), so a
   snapshot can reuse the picture of an unchanged block; token writes go through ``write``.
 - ``cached[h] == b`` iff ``block_hash[b] == h``; only full blocks are hashed. A cached block whose
-  refcount drops to 0 stays in the map (and keeps its tokens) until it is reallocated: the free
-  queue is LRU-ordered, so the least recently released block is evicted first.
+  refcount drops to 0 stays in the map (and keeps its tokens) until it is reallocated.
+- Blocks are handed out from the front of the free queue. A freed block with no hash goes to
+  the front (reused first: it holds nothing anyone can hit), a freed cached block to the back
+  (evicted last, least recently released first): vLLM's ``BlockPool.free_blocks``.
 - A hashed block remembers the hash it was chained from and the extra keys (cache salt) that
   went into it: ``block_hash[b] == hash_block(parent_hash[b], tokens[b], extra_keys[b])``. The predecessor block may be evicted while ``b`` stays
   cached, so this is what lets the prefix cache be checked sound at any time.
@@ -33,7 +35,7 @@ class BlockPool:
         self.extra_keys: list[tuple | None] = [None] * num_blocks
         self.version = [0] * num_blocks
         self.cached: dict[str, int] = {}
-        # LRU order: allocate from the front, release to the back.
+        # allocate from the front; freed blocks go to the front or the back (free_blocks)
         self.free_queue: OrderedDict[int, None] = OrderedDict(
             (b, None) for b in range(num_blocks) if b != self.null_block)
 
@@ -70,15 +72,34 @@ class BlockPool:
 
     def decref(self, b: int) -> bool:
         """Drop one reference; True when the block became free."""
-        assert self.ref_count[b] > 0, f"block {b} freed twice"
-        self.version[b] += 1
-        self.ref_count[b] -= 1
-        if self.ref_count[b]:
-            return False
-        if self.block_hash[b] is None:
-            self.tokens[b] = []
-        self.free_queue[b] = None
-        return True
+        return bool(self.free_blocks((b,)))
+
+    def free_blocks(self, ordered) -> list[int]:
+        """Drop one reference from each block of ``ordered``; returns those that became free,
+        in that order. As vLLM's ``BlockPool.free_blocks`` (vllm/v1/core/block_pool.py): the
+        freed blocks with no hash go to the front of the free queue in this order (the first
+        is reused first), the freed cached ones to the back in this order (vLLM PR #42656;
+        with prefix caching off no block has a hash, so all go to the front, the order PR
+        #51482 restored). A sequence frees its table last block first, so its last block is
+        the first reused or evicted and its prefix, likelier shared, the last. vLLM v0's
+        allocators did the same (a freed block id back at the front of NaiveBlockAllocator's
+        deque; cached blocks to the evictor, used only once no uncached block is free)."""
+        freed = []
+        for b in ordered:
+            assert self.ref_count[b] > 0, f"block {b} freed twice"
+            self.version[b] += 1
+            self.ref_count[b] -= 1
+            if not self.ref_count[b]:
+                freed.append(b)
+        for b in reversed(freed):
+            if self.block_hash[b] is None:
+                self.tokens[b] = []
+                self.free_queue[b] = None
+                self.free_queue.move_to_end(b, last=False)
+        for b in freed:
+            if self.block_hash[b] is not None:
+                self.free_queue[b] = None
+        return freed
 
     def register(self, b: int, block_hash: str, parent_hash: str,
                  extra_keys: tuple | None = None) -> bool:

@@ -14,8 +14,9 @@ Follows vLLM's ``vllm/v1/core/kv_cache_manager.py`` and ``block_pool.py`` (facts
   A hit on a cached block that is free takes it out of the free queue; it counts against the
   free blocks like a fresh allocation would. Full blocks are hashed and cached as soon as their
   slots are allocated (their K/V is written in this step's forward pass, before anyone attends).
-- ``free``: a request's blocks go back tail-first (reverse table order appended to the LRU
-  queue), so its last block is evicted first and its prefix, likelier shared, last.
+- ``free``: a request's blocks go back last block first; those with no hash to the front of
+  the free queue, cached ones to the back (``BlockPool.free_blocks``), so its prefix, likelier
+  shared, is evicted last.
 - No fork, no copy-on-write, no swap: a block is shared only as a prefix-cache hit, and only
   full blocks are cached, so nobody ever writes into a shared block.
 Hashes and the cache map are the v0 block manager's (chained sha256 over token ids and extra

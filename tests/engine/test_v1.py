@@ -164,7 +164,9 @@ def _seq(seq_id: int, tokens: list[int], salt: str | None = None) -> Sequence:
 
 
 def test_eviction_order_is_tail_first_and_lru():
-    """As vLLM's test_prefix_caching.py::test_evict: 11 blocks of 16 (block 0 null)."""
+    """As vLLM's current test_prefix_caching.py::test_evict: 11 blocks of 16 (block 0 null).
+    A freed block without a hash (r0's partial block 6) goes to the front, to be reused first;
+    cached ones to the back, each request's last block first (BlockPool.free_blocks)."""
     kv = KVCacheManagerV1(11, 16, True, lambda e: None)
     r0 = _seq(0, list(range(5 * 16 + 7)))                  # 5 full blocks + 7 tokens
     assert kv.get_computed_blocks(r0) == []
@@ -175,14 +177,51 @@ def test_eviction_order_is_tail_first_and_lru():
     assert kv.gpu.num_free == 1
     kv.free(r0)
     kv.free(r1)
-    assert list(kv.gpu.free_queue) == [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]
+    assert list(kv.gpu.free_queue) == [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]
     # touch the first two blocks: a hit on free cached blocks takes them off the free queue
     r2 = _seq(2, list(range(2 * 16 + 3)))
     hits = kv.get_computed_blocks(r2)
     assert hits == [1, 2]
     assert kv.allocate_slots(r2, 3, hits)
-    assert r2.block_table == [1, 2, 10] and r2.num_computed == 2 * 16
+    assert r2.block_table == [1, 2, 6] and r2.num_computed == 2 * 16
     assert kv.gpu.num_free == 7 and 1 not in kv.gpu.free_queue and 2 not in kv.gpu.free_queue
+
+
+def test_freed_blocks_without_a_hash_are_reused_first():
+    """As vLLM's current test_prefix_caching.py::test_prefill (PR #42656): two requests share
+    three cached blocks and end in a partial block each; once both are freed the two partial
+    blocks (5 then 4, the last freed first) lead the free queue, the cached ones close it
+    (each request's last block first), and a new request reuses block 5 before any fresh one."""
+    kv = KVCacheManagerV1(11, 16, True, lambda e: None)
+    common = [i for i in range(3) for _ in range(16)]
+    r0 = _seq(0, common + [3] * 7)
+    assert kv.allocate_slots(r0, 55) and r0.block_table == [1, 2, 3, 4]
+    r1 = _seq(1, common + [3] * 5)
+    hits = kv.get_computed_blocks(r1)
+    assert hits == [1, 2, 3] and kv.allocate_slots(r1, 53 - 48, hits)
+    assert r1.block_table == [1, 2, 3, 5]
+    kv.free(r0)
+    kv.free(r1)
+    assert list(kv.gpu.free_queue) == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+    r2 = _seq(2, common + [3] * 6)
+    hits = kv.get_computed_blocks(r2)
+    assert kv.allocate_slots(r2, 54 - 48, hits) and r2.block_table == [1, 2, 3, 5]
+    kv.free(r2)
+    r3 = _seq(3, [99] * 160)                                 # takes every block: eviction order
+    assert kv.allocate_slots(r3, 160) and r3.block_table == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
+
+
+def test_without_prefix_caching_the_last_freed_block_is_reused_first():
+    """No block has a hash, so every freed block goes to the front (vLLM PR #51482 restored
+    this after #48017 had appended them): a new request gets the freed request's blocks back,
+    its last block first."""
+    kv = KVCacheManagerV1(11, 4, False, lambda e: None)
+    r0 = _seq(0, list(range(10)))
+    assert kv.allocate_slots(r0, 10) and r0.block_table == [1, 2, 3]
+    kv.free(r0)
+    assert list(kv.gpu.free_queue)[:3] == [3, 2, 1]
+    r1 = _seq(1, list(range(20, 28)))
+    assert kv.allocate_slots(r1, 8) and r1.block_table == [3, 2]
 
 
 def test_a_cached_block_is_evicted_only_when_reallocated():
