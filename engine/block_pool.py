@@ -6,8 +6,13 @@ Invariants (kept by every method here, checked by ``Engine.check_invariants``):
 - ``tokens[b]`` are the token ids whose K/V block ``b`` holds, in slot order (len = filled slots).
 - ``version[b]`` changes whenever anything about ``b`` changes (refcount, tokens, hash), so a
   snapshot can reuse the picture of an unchanged block; token writes go through ``write``.
-- ``cached[h] == b`` iff ``block_hash[b] == h``; only full blocks are hashed. A cached block whose
-  refcount drops to 0 stays in the map (and keeps its tokens) until it is reallocated.
+- ``block_hash[b] == h`` iff ``cached[h] == b`` or ``b in copies[h]``; only full blocks are
+  hashed. ``cached[h]`` is the block a lookup finds; ``copies[h]`` (v1 only, in the order they
+  were cached) are other blocks holding the same tokens: vLLM v1 does not de-duplicate
+  (``BlockHashToBlockMap``: a recomputed block whose hash is cached is cached too), and when
+  ``cached[h]`` is evicted the oldest copy takes its place. Without ``keep_copies`` (v0) the
+  first block with a hash wins and a copy stays unhashed. A cached block whose refcount drops
+  to 0 stays in the map (and keeps its tokens) until it is reallocated.
 - Blocks are handed out from the front of the free queue. A freed block with no hash goes to
   the front (reused first: it holds nothing anyone can hit), a freed cached block to the back
   (evicted last, least recently released first): vLLM's ``BlockPool.free_blocks``.
@@ -23,7 +28,8 @@ from collections import OrderedDict
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, block_size: int, device: str, null_block: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, device: str, null_block: bool = False,
+                 keep_copies: bool = False):
         self.num_blocks = num_blocks
         self.null_block = 0 if null_block else None
         self.block_size = block_size
@@ -35,6 +41,8 @@ class BlockPool:
         self.extra_keys: list[tuple | None] = [None] * num_blocks
         self.version = [0] * num_blocks
         self.cached: dict[str, int] = {}
+        self.keep_copies = keep_copies
+        self.copies: dict[str, list[int]] = {}
         # allocate from the front; freed blocks go to the front or the back (free_blocks)
         self.free_queue: OrderedDict[int, None] = OrderedDict(
             (b, None) for b in range(num_blocks) if b != self.null_block)
@@ -56,13 +64,29 @@ class BlockPool:
         self.version[b] += 1
         evicted = self.block_hash[b]
         if evicted is not None:
-            del self.cached[evicted]
+            self._uncache(b, evicted)
             self.block_hash[b] = None
             self.parent_hash[b] = None
             self.extra_keys[b] = None
         self.tokens[b] = []
         self.ref_count[b] = 1
         return b, evicted
+
+    def _uncache(self, b: int, h: str) -> None:
+        others = self.copies.pop(h, [])
+        if self.cached[h] == b:
+            if others:
+                self.cached[h] = others.pop(0)        # the oldest copy is found from now on
+            else:
+                del self.cached[h]
+        else:
+            others.remove(b)
+        if others:
+            self.copies[h] = others
+
+    def hashed_blocks(self) -> list[int]:
+        """Every block in the prefix cache: the ones lookups find, then their copies."""
+        return list(self.cached.values()) + [b for bs in self.copies.values() for b in bs]
 
     def incref(self, b: int) -> None:
         self.version[b] += 1
@@ -103,13 +127,19 @@ class BlockPool:
 
     def register(self, b: int, block_hash: str, parent_hash: str,
                  extra_keys: tuple | None = None) -> bool:
-        """Offer a full block to the prefix cache (the first block with a given hash wins);
-        True when ``b`` entered it. ``block_hash`` is chained from ``parent_hash``, the previous
-        block's hash ("" if none), over the block's tokens and ``extra_keys``."""
-        if block_hash in self.cached or self.block_hash[b] is not None:
+        """Offer a full block to the prefix cache; True when ``b`` entered it (a second block
+        with the same hash enters only as a copy, with ``keep_copies``). ``block_hash`` is
+        chained from ``parent_hash``, the previous block's hash ("" if none), over the block's
+        tokens and ``extra_keys``."""
+        if self.block_hash[b] is not None:
             return False
+        if block_hash in self.cached:
+            if not self.keep_copies:
+                return False
+            self.copies.setdefault(block_hash, []).append(b)
+        else:
+            self.cached[block_hash] = b
         self.version[b] += 1
-        self.cached[block_hash] = b
         self.block_hash[b] = block_hash
         self.parent_hash[b] = parent_hash
         self.extra_keys[b] = extra_keys
@@ -120,11 +150,12 @@ class BlockPool:
         is in use (a running request's hashes must stay valid); False (nothing done) otherwise."""
         if self.num_free != self.num_usable:
             return False
-        for b in self.cached.values():
+        for b in self.hashed_blocks():
             self.version[b] += 1
             self.block_hash[b] = self.parent_hash[b] = self.extra_keys[b] = None
             self.tokens[b] = []
         self.cached.clear()
+        self.copies.clear()
         return True
 
     def write(self, b: int, token_ids: list[int]) -> None:

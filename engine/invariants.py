@@ -73,7 +73,7 @@ def check_invariants(bm: BlockManager, groups: list[SequenceGroup], scheduler) -
         if used + pool.num_free != pool.num_usable:
             _fail("free + used = total", f"{pool.device}: {used} + {pool.num_free} != "
                                          f"{pool.num_usable}")
-        for b in pool.cached.values():
+        for b in pool.hashed_blocks():
             if len(pool.tokens[b]) != bs:
                 _fail("prefix cache maps hashes to full blocks", f"{pool.device} block {b}")
         _check_cache_map(pool)
@@ -144,16 +144,27 @@ def _check_block_hashes(pool: BlockPool) -> None:
 
 
 def _check_cache_map(pool: BlockPool) -> None:
-    """``cached[h] == b`` iff ``block_hash[b] == h``: a lookup finds exactly the hashed blocks."""
+    """``block_hash[b] == h`` iff ``cached[h] == b`` or ``b in copies[h]``: a lookup finds a
+    block of every cached hash, and only hashed blocks are in the map."""
+    listed = {}
     for h, b in pool.cached.items():
+        listed[b] = h
+    for h, bs in pool.copies.items():
+        if not bs or h not in pool.cached:
+            _fail(CACHE_MAP, f"copies[{h}] = {bs} but cached has no block for that hash")
+        for b in bs:
+            if b in listed:
+                _fail(CACHE_MAP, f"{pool.device} block {b} is in the cache map twice")
+            listed[b] = h
+    for b, h in listed.items():
         if pool.block_hash[b] != h:
-            _fail(CACHE_MAP, f"cached[{h}] = {pool.device} block {b}, whose hash is "
-                             f"{pool.block_hash[b]}")
+            _fail(CACHE_MAP, f"the cache map lists {pool.device} block {b} under {h}, but its "
+                             f"hash is {pool.block_hash[b]}")
     for b in range(pool.num_blocks):
         h = pool.block_hash[b]
-        if h is not None and pool.cached.get(h) != b:
-            _fail(CACHE_MAP, f"{pool.device} block {b} has hash {h} but cached maps it to "
-                             f"{pool.cached.get(h)}")
+        if h is not None and listed.get(b) != h:
+            _fail(CACHE_MAP, f"{pool.device} block {b} has hash {h} but the cache map does "
+                             f"not list it")
 
 
 def _check_queues(groups: list[SequenceGroup], scheduler) -> None:

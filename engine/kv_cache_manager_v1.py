@@ -38,7 +38,7 @@ class KVCacheManagerV1(BlockManager):
         if num_gpu_blocks < 2:
             raise ValueError("vLLM v1 needs num_gpu_blocks >= 2: block 0 is the null block")
         super().__init__(num_gpu_blocks, 0, block_size, enable_prefix_caching, emit)
-        self.gpu = BlockPool(num_gpu_blocks, block_size, "gpu", null_block=True)
+        self.gpu = BlockPool(num_gpu_blocks, block_size, "gpu", null_block=True, keep_copies=True)
 
     # ---- prefix cache --------------------------------------------------------------------
     def get_computed_blocks(self, seq: Sequence) -> list[int]:

@@ -622,6 +622,10 @@ class PrefixCacheView:
 
     def __init__(self, max_points: int = 20_000, max_log: int = 500, max_removed: int = 1000):
         self.blocks: dict[tuple, CachedBlock] = {}
+        # live copies per hash: vLLM v1 caches a recomputed block whose hash is cached already
+        # (a BlockStored for each copy) and removes them one by one (a BlockRemoved each), so a
+        # hash stays cached until its last copy is removed
+        self.copies: Counter = Counter()
         self.cached_per_rank: Counter = Counter()
         self.store_counts: Counter = Counter()
         self.removed: deque[CachedBlock] = deque(maxlen=max_removed)
@@ -662,6 +666,7 @@ class PrefixCacheView:
         for h, toks in zip(e.block_hashes, tokens):
             key = (batch.data_parallel_rank, group, e.medium, h)
             self.store_counts[key] += 1
+            self.copies[key] += 1
             self.cached_per_rank[key[0]] += key not in self.blocks
             self.blocks[key] = CachedBlock(h, parent, toks, e.block_size, batch.data_parallel_rank,
                                            e.medium, group, batch.seq, batch.ts,
@@ -675,12 +680,17 @@ class PrefixCacheView:
     def _remove(self, e: BlockRemoved, batch: ReceivedBatch) -> int:
         group = e.group_idx or 0
         for h in e.block_hashes:
-            block = self.blocks.pop((batch.data_parallel_rank, group, e.medium, h), None)
-            if block is None:
+            key = (batch.data_parallel_rank, group, e.medium, h)
+            if key not in self.blocks:
                 self.unknown_removed += 1
-            else:
-                self.removed.append(block)
-                self.cached_per_rank[block.rank] -= 1
+                continue
+            self.copies[key] -= 1
+            if self.copies[key] > 0:
+                continue                   # another copy still holds this hash
+            del self.copies[key]
+            block = self.blocks.pop(key)
+            self.removed.append(block)
+            self.cached_per_rank[block.rank] -= 1
         self.removed_total += len(e.block_hashes)
         self._log(batch, "BlockRemoved", len(e.block_hashes),
                   e.block_hashes[0] if e.block_hashes else None, None, None, e.medium)
@@ -689,6 +699,7 @@ class PrefixCacheView:
     def _clear(self, rank: int) -> None:
         for key in [k for k in self.blocks if k[0] == rank]:
             del self.blocks[key]
+            self.copies.pop(key, None)
         self.cached_per_rank[rank] = 0
 
     def _log(self, batch, kind, n, first, parent, tokens, medium) -> None:

@@ -651,3 +651,36 @@ def test_bad_endpoints_get_clear_errors():
         with pytest.raises(ValueError, match="cannot open the KV events socket"):
             Engine.length_only(EngineConfig(kv_events_endpoint="tcp://127.0.0.1:5557",
                                             kv_events_replay_endpoint=f"tcp://127.0.0.1:{port}"))
+
+
+def test_a_hash_stays_cached_in_the_view_until_its_last_copy_is_removed():
+    """vLLM v1 caches a recomputed block under a hash that is cached already and publishes a
+    BlockStored for each copy, then a BlockRemoved for each copy it evicts."""
+    view = PrefixCacheView()
+    a = b"a" * 32
+    stored = BlockStored([a], None, [1, 2, 3, 4], 4, None, "GPU", None)
+    view.apply(ReceivedBatch(0, 1.0, (stored, stored), 0))
+    view.apply(ReceivedBatch(1, 2.0, (BlockRemoved([a], "GPU"),), 0))
+    assert list(k[3] for k in view.blocks) == [a] and not view.removed
+    view.apply(ReceivedBatch(2, 3.0, (BlockRemoved([a], "GPU"),), 0))
+    assert not view.blocks and len(view.removed) == 1 and view.unknown_removed == 0
+    assert list(view.series_frame()["cached"]) == [1, 1, 0]
+
+
+def test_the_engines_copies_are_published_and_the_view_follows_them():
+    """The engine's own stream with a copy: the same prompt twice, then an eviction of the
+    first copy; the view rebuilt from the KV events still holds that hash, as the engine does."""
+    eng = Engine.length_only(EngineConfig(semantics="v1", block_size=4, num_gpu_blocks=6),
+                             vocab_size=1000)
+    events = []
+    for prompt in (list(range(8)), list(range(8)), list(range(100, 112))):
+        eng.add_request(prompt, SamplingParams(max_tokens=1, ignore_eos=True))
+        while eng.has_unfinished_requests():
+            events.extend(eng.step().events)
+    out = to_kv_events(events, 4)
+    h = bytes.fromhex(eng.bm.gpu.block_hash[3])
+    assert sum(h in e.block_hashes for e in out if isinstance(e, BlockStored)) == 2
+    assert sum(h in e.block_hashes for e in out if isinstance(e, BlockRemoved)) == 1
+    view = PrefixCacheView()
+    view.apply(ReceivedBatch(0, 1.0, tuple(out), 0))
+    assert {k[3].hex() for k in view.blocks} == set(eng.bm.gpu.cached)

@@ -455,3 +455,35 @@ def test_a_prefix_cache_reset_does_not_step_the_baselines():
         eng.step()
         return [(a.allocator, a.token_states, a.running) for a in eng.snapshot.accounting]
     assert accounting(True) == accounting(False)
+
+
+def test_a_recomputed_block_is_cached_again_as_a_copy():
+    """vLLM v1 does not de-duplicate the prefix cache (block_pool.py, BlockHashToBlockMap;
+    test_prefix_caching.py::test_prefill_plp: "Duplicate cached blocks have different ids but
+    same hashes"). The same 8-token prompt twice (block size 4): the second hits block 1 only
+    (a hit never covers the last prompt token), recomputes its second block into block 3, and
+    block 3 is cached under the same hash, announced by its own KV event. Once block 2 is
+    evicted, block 3 serves the hash: a later prompt still hits 8 tokens."""
+    seen = []
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=6), vocab_size=1000)
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
+
+    def run(prompt):
+        eng.add_request(prompt, one)
+        while eng.has_unfinished_requests():
+            seen.extend(eng.step().events)
+
+    run(list(range(8)))
+    run(list(range(8)))
+    gpu = eng.bm.gpu
+    h = gpu.block_hash[2]
+    assert gpu.block_hash[3] == h and gpu.cached[h] == 2 and gpu.copies == {h: [3]}
+    assert [e.physical for e in seen if e.kind == "cached" and e.block_hash == h] == [2, 3]
+    eng.check_invariants()
+    run(list(range(100, 112)))                    # three fresh blocks: block 2 is evicted
+    assert [e.physical for e in seen if e.kind == "evict"] == [2]
+    assert gpu.cached[h] == 3 and not gpu.copies
+    hits = eng.bm.prefix_cache_hits
+    run(list(range(8)) + [50])
+    assert eng.bm.prefix_cache_hits - hits == 8
+    eng.check_invariants()
