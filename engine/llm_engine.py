@@ -203,7 +203,16 @@ class Engine:
     def is_finished(self, request_id: str) -> bool:
         return all(self.groups[r].is_finished for r in self.request_ids(request_id))
 
-    def abort_request(self, request_id: str) -> None:
+    def abort_request(self, request_id) -> None:
+        """End a request (or each of an iterable of ids, as vLLM's ``abort_request``) with
+        finish_reason "abort", freeing its blocks; every id is checked before any is ended."""
+        if not isinstance(request_id, str):
+            ids = list(request_id)
+            for rid in ids:
+                self.request_ids(rid)
+            for rid in ids:
+                self.abort_request(rid)
+            return
         rids = self.request_ids(request_id)
         for rid in rids:
             group = self.groups[rid]
@@ -250,6 +259,11 @@ class Engine:
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    def get_num_unfinished_requests(self) -> int:
+        """Requests not finished yet (vLLM's LLMEngine name); under v1 each child request of
+        an n > 1 request counts, as vLLM v1's output processor tracks them one by one."""
+        return sum(1 for g in self.groups.values() if not g.is_finished)
 
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepResult:

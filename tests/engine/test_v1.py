@@ -401,9 +401,29 @@ def test_aborting_a_parent_aborts_its_children_in_the_baselines_too():
                                                           temperature=1.0))
     eng.step()
     eng.step()
+    assert eng.get_num_unfinished_requests() == 3          # the children count one each
     eng.abort_request(rid)
     assert not eng.has_unfinished_requests() and eng.get_output(rid).finished
+    assert eng.get_num_unfinished_requests() == 0
     assert all(not a.has_unfinished() for a in eng.baselines.allocators.values())
+    eng.check_invariants()
+
+
+@pytest.mark.parametrize("semantics", ["v0", "v1"])
+def test_abort_request_takes_a_list_and_checks_every_id_first(semantics):
+    """vLLM's abort_request(request_id: str | Iterable[str]); an unknown id among them aborts
+    none (bad input changes nothing)."""
+    eng = Engine.length_only(EngineConfig(semantics=semantics, block_size=4, num_gpu_blocks=32))
+    a, b, c = (eng.add_request([5, 6, 7], SamplingParams(max_tokens=8, ignore_eos=True))
+               for _ in range(3))
+    eng.step()
+    assert eng.get_num_unfinished_requests() == 3
+    with pytest.raises(ValueError, match="unknown request id 'nope'"):
+        eng.abort_request([a, "nope"])
+    assert eng.get_num_unfinished_requests() == 3
+    eng.abort_request([a, b])
+    assert eng.get_num_unfinished_requests() == 1 and not eng.is_finished(c)
+    assert [eng.get_output(r).outputs[0].finish_reason for r in (a, b)] == ["abort", "abort"]
     eng.check_invariants()
 
 
