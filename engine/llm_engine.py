@@ -309,7 +309,7 @@ class Engine:
         completions = [dataclasses.replace(o.outputs[0], index=i) for i, o in enumerate(outs)]
         first = outs[0]
         return RequestOutput(request_id, first.prompt, first.prompt_token_ids, completions,
-                             all(o.finished for o in outs))
+                             all(o.finished for o in outs), first.num_cached_tokens)
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None
                  ) -> list[RequestOutput]:

@@ -290,4 +290,5 @@ class OutputProcessor:
         outs = [CompletionOutput(i, s.output_text, list(s.output_token_ids), s.cumulative_logprob,
                                  s.finish_reason, s.seq_id, s.stop_reason)
                 for i, s in enumerate(chosen)]
-        return RequestOutput(g.request_id, g.prompt, list(g.prompt_token_ids), outs, g.is_finished)
+        return RequestOutput(g.request_id, g.prompt, list(g.prompt_token_ids), outs, g.is_finished,
+                             g.num_cached_tokens)

@@ -24,3 +24,5 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]      # beam search: best first
     finished: bool
+    # vLLM's: prompt tokens served by the prefix cache when the request was first scheduled
+    num_cached_tokens: int | None = None

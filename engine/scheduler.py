@@ -146,6 +146,8 @@ class Scheduler:
             self.waiting.pop(0)
             for s in g.seqs:
                 start = self.bm.allocate_for_prefill(s, first if s is not first else None)
+                if s is first and g.num_cached_tokens is None:
+                    g.num_cached_tokens = start
                 s.status = SeqStatus.RUNNING
                 bs = self.bm.block_size
                 batch.seqs.append(s)

@@ -99,6 +99,8 @@ class SchedulerV1:
             if not self.bm.allocate_slots(seq, num_new, hits):
                 break
             self.bm.record_prefix_cache_stats(seq, len(hits))     # counted once, when admitted
+            if g.num_cached_tokens is None:
+                g.num_cached_tokens = len(hits) * self.bm.block_size
             self.waiting.pop(0)
             seq.status = SeqStatus.RUNNING
             self.running.append(g)

@@ -79,6 +79,9 @@ class SequenceGroup:
     done_seqs: list[Sequence] = field(default_factory=list)     # finished, pruned, beam hyps
     forked: bool = False        # n > 1 / beam: the first sampling step has fanned out
     cache_salt: str | None = None
+    # vLLM's num_cached_tokens: prompt tokens found in the prefix cache when the request was
+    # first scheduled (a later recompute after preemption does not change it); None until then
+    num_cached_tokens: int | None = None
 
     @property
     def is_finished(self) -> bool:

@@ -1,4 +1,6 @@
 """Prefix caching (vLLM v1 style): full blocks hashed by chained content, reused by hash."""
+import pytest
+
 from engine import Engine, EngineConfig, SamplingParams
 from tests.engine.helpers import run_all
 
@@ -66,3 +68,17 @@ def test_the_v0_prefill_budget_counts_only_the_tokens_computed():
         assert len(prefills) == (2 if together else 1), caching
         if caching:
             assert [(p.start, p.end) for p in prefills] == [(4, 8), (4, 8)]
+
+
+@pytest.mark.parametrize("semantics", ["v0", "v1"])
+def test_request_outputs_report_the_prompt_tokens_the_cache_served(semantics):
+    """vLLM's RequestOutput.num_cached_tokens: the prefix-cache hit, in tokens, when the request
+    was first scheduled (whole blocks only, never the last prompt token)."""
+    eng = Engine.length_only(EngineConfig(semantics=semantics, block_size=4, num_gpu_blocks=40,
+                                          enable_prefix_caching=True))
+    prompt = list(range(10))
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    first = eng.generate([prompt], params)[0]
+    longer = eng.generate([prompt + [50, 51]], params)[0]
+    same = eng.generate([prompt[:8]], params)[0]              # 8 tokens: a hit stops at 4
+    assert [first.num_cached_tokens, longer.num_cached_tokens, same.num_cached_tokens] == [0, 8, 4]
