@@ -440,14 +440,17 @@ def _play_timer() -> float | None:
     return play_interval() if lab is not None and lab.playing else None
 
 
-def _arm_play_timer() -> float | None:
-    """The timer (``run_every``) of the main view's fragment, remembered. Streamlit sets a
-    fragment's timer only when the whole page runs, so a fragment run that finds Play's state
-    changed since (paused by Reset or by new settings, finished, another speed) reruns the
-    whole page to re-arm it: before, a new speed kept the old pace until Play was pressed
-    again, and a Reset during Play left the timer rerunning the view."""
-    st.session_state._armed_timer = timer = _play_timer()
-    return timer
+# The timer (``run_every``) of the main view's fragment. Streamlit sets a fragment's timer
+# only when the whole page runs, so a fragment run that finds Play's state changed since
+# (paused by Reset or by new settings, finished, another speed) reruns the whole page to re-arm
+# it: before, a new speed kept the old pace until Play was pressed again, and a Reset during
+# Play left the timer rerunning the view. The fragment compares with the timer of the page
+# run that registered it, i.e. the one the browser got: Streamlit runs each page run in a new
+# module, and a fragment rerun calls the function that run defined, with that run's globals.
+# (Kept in session state and written when a page run started, it could name a timer whose
+# run a newer input had stopped before the fragment was registered: a quick burst of speed
+# changes during Play then left the old pace running.)
+_MAIN_TIMER = _play_timer()
 
 
 def _on_speed() -> None:
@@ -641,7 +644,7 @@ def export_tab(lab: Lab, snaps) -> None:
                "figure's camera button (top right of the figure) saves it as a PNG.")
 
 
-@st.fragment(run_every=_arm_play_timer())
+@st.fragment(run_every=_MAIN_TIMER)
 def main_area() -> None:
     lab: Lab | None = st.session_state.get("lab")
     if lab is None:                      # get_lab failed: its short error is already shown
@@ -661,7 +664,7 @@ def _main_area(lab: Lab) -> None:
         return
     error_slot = st.empty()              # filled after the controls ran (a Step clears errors)
     lab.tick(play_interval())
-    if _play_timer() != st.session_state.get("_armed_timer"):
+    if _play_timer() != _MAIN_TIMER:     # this run's module: the timer the browser has
         st.rerun(scope="app")            # Play's state changed: re-arm the timer (above)
     title = (f"Replay: {lab.trace_name}" if lab.replaying
              else SCENARIOS[lab.settings.scenario].label)
