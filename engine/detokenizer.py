@@ -7,7 +7,8 @@ and ``read`` (the first token not yet emitted). A step decodes ``ids[prefix:read
 ``ids[prefix:]``; the difference is the new text. If the new text ends in U+FFFD, the newest
 token ends in the middle of a multi-byte character (byte-level BPE splits UTF-8): nothing is
 emitted and the next token completes it. The result equals decoding the whole output at once
-for byte-level tokenizers (tested on the default model).
+for byte-level tokenizers (tested on the default model), except that a character still
+incomplete when the sequence ends is left out, as vLLM's detokenizer never emits one.
 """
 from __future__ import annotations
 
@@ -39,15 +40,3 @@ def detokenize_step(tokenizer, ids: list[int], state: DetokState) -> str:
     state.text += new
     state.prefix, state.read = state.read, len(ids)
     return new
-
-
-def detokenize_flush(tokenizer, ids: list[int], state: DetokState) -> str:
-    """At the end of a sequence: emit whatever is pending, even half a character (as decoding
-    the whole output would show it)."""
-    if tokenizer is None or state.read >= len(ids):
-        return state.text
-    before = tokenizer.decode(ids[state.prefix:state.read], skip_special_tokens=True)
-    after = tokenizer.decode(ids[state.prefix:], skip_special_tokens=True)
-    state.text += after[len(before):]
-    state.prefix = state.read = len(ids)
-    return state.text

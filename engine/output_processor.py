@@ -23,7 +23,7 @@ import torch
 from engine import events as ev
 from engine.beam_search import beam_score, is_done, num_candidates, select_candidates
 from engine.block_manager import BlockManager
-from engine.detokenizer import DetokState, detokenize_flush, detokenize_step
+from engine.detokenizer import DetokState, detokenize_step
 from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampler import BeamAsk, TokenAsk, sample_step
 from engine.scheduler import ScheduledBatch
@@ -174,8 +174,7 @@ class OutputProcessor:
         may_stop = s.num_output_tokens >= p.min_tokens
         stops, reason = self._token_stop(p, token) if may_stop else (False, None)
         if stops and not p.include_stop_str_in_output:
-            text = detokenize_flush(self.tokenizer, s.token_ids[:-1], self._state(s))
-            self.finish(g, s, "stop", text=text, stop_reason=reason)
+            self.finish(g, s, "stop", stop_reason=reason)       # its text was never emitted
             return
         new = self._emit_text(s)
         if stops:
@@ -194,10 +193,9 @@ class OutputProcessor:
                status: SeqStatus = SeqStatus.FINISHED, text: str | None = None,
                stop_reason: int | str | None = None) -> None:
         """End a live sequence: free its blocks, record why; ``text`` overrides its final text
-        (a stop string cuts it), else any pending half character is flushed."""
+        (a stop string cuts it). A character still incomplete at the end is left out, as vLLM's
+        detokenizer never emits one (v1 ``decode_next`` / ``detokenize_incrementally``)."""
         s.stop_reason = stop_reason
-        if text is None and status == SeqStatus.FINISHED:
-            text = detokenize_flush(self.tokenizer, s.token_ids, self._state(s))
         if text is not None:
             s.output_text = text
         self.bm.free(s)
@@ -219,11 +217,11 @@ class OutputProcessor:
             return False
         state = self._state(parent).copy()
         if stops and not p.include_stop_str_in_output:
-            return detokenize_flush(self.tokenizer, parent.token_ids, state), reason
+            return state.text, reason
         ids = parent.token_ids + [token]
         new = detokenize_step(self.tokenizer, ids, state)
         if stops:
-            return detokenize_flush(self.tokenizer, ids, state), reason
+            return state.text, reason
         hit = find_stop(state.text, new, p.stop)
         if hit is None:
             return False
