@@ -285,8 +285,14 @@ class OutputProcessor:
         else:
             chosen = sorted((s for s in g.all_seqs() if s.status != SeqStatus.PRUNED),
                             key=lambda s: s.seq_id)
-        outs = [CompletionOutput(i, s.output_text, list(s.output_token_ids), s.cumulative_logprob,
-                                 s.finish_reason, s.seq_id, s.stop_reason)
+        # while a sequence runs, the last len(longest stop string) - 1 characters are held
+        # back: they may be the start of a stop string that will be cut (vLLM's
+        # stop_buffer_length / output_text_buffer_length), so a text read mid-run is always
+        # the start of the final one
+        hold = (max(map(len, p.stop)) - 1 if p.stop and not p.include_stop_str_in_output else 0)
+        outs = [CompletionOutput(i, s.output_text[:-hold] if hold and not s.is_finished
+                                 else s.output_text, list(s.output_token_ids),
+                                 s.cumulative_logprob, s.finish_reason, s.seq_id, s.stop_reason)
                 for i, s in enumerate(chosen)]
         return RequestOutput(g.request_id, g.prompt, list(g.prompt_token_ids), outs, g.is_finished,
                              g.num_cached_tokens)

@@ -5,7 +5,8 @@ import math
 from dataclasses import dataclass
 
 
-GREEDY_BELOW = 1e-5
+GREEDY_BELOW = 1e-5        # vLLM's _SAMPLING_EPS
+LEAST_TEMPERATURE = 1e-2   # vLLM's _MAX_TEMP: a smaller positive temperature is raised to it
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
 
     def __post_init__(self):
+        t = self.temperature
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < LEAST_TEMPERATURE:
+            # vLLM raises it (dividing logits by less could overflow): only 0 is greedy
+            object.__setattr__(self, "temperature", LEAST_TEMPERATURE)
         if type(self.seed) is int and self.seed == -1:
             object.__setattr__(self, "seed", None)      # vLLM: seed=-1 means no seed
         if type(self.top_k) is int and self.top_k == 0:
@@ -83,7 +88,7 @@ class SamplingParams:
             p.append(f"stop_token_ids must be token ids (integers >= 0), got {list(self.stop_token_ids)!r}")
         if not isinstance(self.min_tokens, int) or isinstance(self.min_tokens, bool) or self.min_tokens < 0:
             p.append(f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
-        elif isinstance(self.max_tokens, int) and self.min_tokens > self.max_tokens:
+        elif isinstance(self.max_tokens, int) and 1 <= self.max_tokens < self.min_tokens:
             p.append(f"min_tokens must be at most max_tokens={self.max_tokens}, got {self.min_tokens}")
         if not isinstance(self.include_stop_str_in_output, bool):
             p.append(f"include_stop_str_in_output must be True or False, got "
@@ -108,7 +113,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        """Temperatures below 1e-5 are greedy (dividing logits by them would overflow)."""
+        """Temperature 0 is greedy (below 1e-5, as vLLM; a smaller positive one became 0.01)."""
         return self.temperature < GREEDY_BELOW
 
     @property

@@ -130,3 +130,37 @@ def test_sampling_never_draws_a_held_back_stop_token():
                                                  stop_token_ids=likely))[0].outputs
     assert all(not set(o.token_ids[:3]) & set(likely) for o in held)
     assert all(o.finish_reason == "length" or o.token_ids[-1] in likely for o in held)
+
+
+@pytest.mark.parametrize("semantics", ["v0", "v1"])
+def test_text_read_mid_run_holds_back_what_may_start_a_stop_string(free_run, semantics):
+    """vLLM holds back len(longest stop string) - 1 characters of a running sequence's text
+    (v1 Detokenizer.get_next_output_text, v0 output_text_buffer_length), so every text read
+    mid-run is the start of the final one, even when a stop string is cut from it later."""
+    eng = Engine(EngineConfig(model="default", semantics=semantics, num_gpu_blocks=64))
+    stop = free_run.text[8:18]
+    rid = eng.add_request(PROMPT, SamplingParams(max_tokens=20, ignore_eos=True, stop=[stop]))
+    seen, raw = [], []
+    while eng.has_unfinished_requests():
+        eng.step()
+        seen.append(eng.get_output(rid).outputs[0].text)
+        raw.append(eng.groups[rid].all_seqs()[0].output_text)     # the engine's own text
+    final = seen[-1]
+    assert final == free_run.text[:8] and eng.get_output(rid).finished
+    assert all(final.startswith(t) for t in seen)
+    assert all(t == r[:-(len(stop) - 1)] for t, r in zip(seen[:-1], raw[:-1]))
+    assert any(not final.startswith(r) for r in raw[:-1])   # unheld, a read would show more
+    kept = eng.add_request(PROMPT, SamplingParams(max_tokens=20, ignore_eos=True, stop=[stop],
+                                                  include_stop_str_in_output=True))
+    eng.step()
+    eng.step()
+    assert eng.get_output(kept).outputs[0].text             # nothing held back with it
+
+
+def test_a_tiny_positive_temperature_is_raised_to_a_hundredth_as_vllm_does():
+    """vLLM's SamplingParams.__post_init__: 0 < temperature < 1e-2 becomes 1e-2 (dividing
+    logits by less could overflow), so only temperature 0 is greedy."""
+    assert SamplingParams(temperature=1e-6).temperature == 0.01
+    assert not SamplingParams(temperature=1e-6).is_greedy and SamplingParams().is_greedy
+    assert SamplingParams(temperature=0.5).temperature == 0.5
+    SamplingParams(n=2, temperature=1e-6)                   # sampled, so n > 1 is fine
