@@ -43,6 +43,20 @@ def resolve_max_model_len(requested: int | None, model_context: int) -> int:
     return requested
 
 
+def prompt_of(prompt):
+    """A prompt as text or token ids: vLLM's prompt dicts (TextPrompt ``{"prompt": ...}``,
+    TokensPrompt ``{"prompt_token_ids": [...]}``) are read as their text or ids."""
+    if isinstance(prompt, dict):
+        keys = set(prompt) - {"cache_salt"}
+        if keys == {"prompt_token_ids"}:
+            return prompt["prompt_token_ids"]
+        if keys == {"prompt"}:
+            return prompt["prompt"]
+        raise ValueError(f"a prompt dict holds 'prompt' (text) or 'prompt_token_ids', got keys "
+                         f"{sorted(prompt)}")
+    return prompt
+
+
 class InputProcessor:
     def __init__(self, spec: ModelSpec, tokenizer, config: EngineConfig):
         self.spec = spec
@@ -51,6 +65,7 @@ class InputProcessor:
         self.max_model_len = resolve_max_model_len(config.max_model_len, spec.max_model_len)
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
+        prompt = prompt_of(prompt)
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("the prompt is empty")

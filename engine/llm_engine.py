@@ -17,7 +17,7 @@ import torch
 from engine import events as ev
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.input_processor import InputProcessor, blocks_needed_worst_case
+from engine.input_processor import InputProcessor, blocks_needed_worst_case, prompt_of
 from engine.invariants import check_invariants
 from engine.kv_cache_manager_v1 import KVCacheManagerV1
 from engine.length_only import SyntheticRunner
@@ -144,7 +144,13 @@ class Engine:
         blocks. In v1 a request with n > 1 becomes n child requests with ids ``"{i}_{id}"``,
         child i seeded with seed + i if the request has a seed (vLLM v1
         engine/parallel_sampling.py), else with its own default seed; the id returned is
-        the parent's, and ``get_output`` gathers the children's outputs."""
+        the parent's, and ``get_output`` gathers the children's outputs. A prompt may also be
+        one of vLLM's prompt dicts, ``{"prompt": text}`` or ``{"prompt_token_ids": ids}``, with
+        an optional ``"cache_salt"``."""
+        if isinstance(prompt, dict):
+            if cache_salt is None:
+                cache_salt = prompt.get("cache_salt")
+            prompt = prompt_of(prompt)
         ids, params = self.check_request(prompt, params)
         if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
             raise ValueError(f"cache_salt must be a non-empty string or None, got {cache_salt!r}")
@@ -311,14 +317,21 @@ class Engine:
         return RequestOutput(request_id, first.prompt, first.prompt_token_ids, completions,
                              all(o.finished for o in outs), first.num_cached_tokens)
 
-    def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None
+    def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
+                 *, sampling_params: SamplingParams | list[SamplingParams] | None = None
                  ) -> list[RequestOutput]:
-        """Run prompts to completion (like vLLM's LLM.generate); outputs in prompt order.
+        """Run prompts to completion (like vLLM's LLM.generate, whose keyword
+        ``sampling_params`` is accepted too); outputs in prompt order. A prompt is text, token
+        ids or one of vLLM's prompt dicts (see ``add_request``).
 
         Plain generation: no snapshots, history or baselines are made while it runs (the
         observers are paused), so it pays nothing for them."""
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts
-                                        and isinstance(prompts[0], int)):
+        if sampling_params is not None:
+            if params is not None:
+                raise ValueError("give the SamplingParams once: params or sampling_params")
+            params = sampling_params
+        if isinstance(prompts, (str, dict)) or (isinstance(prompts, list) and prompts
+                                                and isinstance(prompts[0], int)):
             prompts = [prompts]
         params_list = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
         if len(params_list) != len(prompts):

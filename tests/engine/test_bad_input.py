@@ -158,3 +158,21 @@ def test_snapshot_is_json_serialisable(eng):
     for snap in eng.history:
         json.dumps(snap.to_dict())
     assert eng.snapshot.stats.free_blocks == 16
+
+
+def test_vllm_prompt_dicts_and_the_sampling_params_keyword():
+    """vLLM's LLM.generate(prompts, sampling_params=...) with TextPrompt / TokensPrompt dicts
+    (a cache_salt may ride in the dict); a dict with neither key is refused by name."""
+    eng = Engine(EngineConfig(model="default", num_gpu_blocks=64, enable_prefix_caching=True))
+    params = SamplingParams(max_tokens=4)
+    text = eng.generate(["ROMEO:"], params)[0].outputs[0].token_ids
+    ids = eng.tokenize("ROMEO:")
+    outs = eng.generate([{"prompt": "ROMEO:"}, {"prompt_token_ids": ids}], sampling_params=params)
+    assert [o.outputs[0].token_ids for o in outs] == [text, text]
+    assert outs[0].prompt == "ROMEO:" and outs[1].prompt_token_ids == ids
+    rid = eng.add_request({"prompt_token_ids": ids, "cache_salt": "alice"}, params)
+    assert eng.groups[rid].cache_salt == "alice"
+    with pytest.raises(ValueError, match="a prompt dict holds 'prompt'"):
+        eng.generate([{"text": "ROMEO:"}], params)
+    with pytest.raises(ValueError, match="give the SamplingParams once"):
+        eng.generate(["ROMEO:"], params, sampling_params=params)
