@@ -11,7 +11,10 @@ none for a step without changes), translated from the engine's own events:
   BlockStored is being built is moved ahead of it, unless that BlockStored already holds the
   evicted hash (then order matters and is kept); an eviction for another request (the one the
   next allocation names) follows it: R(A) S(A) R(B) S(B), as vLLM sends them;
-- ``CacheReset`` -> ``AllBlocksCleared``.
+- ``CacheReset`` -> ``AllBlocksCleared``, sent first in the next step's batch: vLLM's
+  ``reset_prefix_cache`` only queues it, and the scheduler publishes its queued events when it
+  processes a step's output (``Scheduler.update_from_output``). Likewise an abort between steps
+  publishes nothing by itself.
 
 Hashes go out as bytes (the sha256 digest behind the engine's hex text), medium "GPU",
 ``lora_id`` / ``lora_name`` None, ``group_idx`` 0 (one KV cache group), kv_cache_spec_kind
@@ -163,6 +166,7 @@ class KVEventPublisher(Observer):
         self._closing = threading.Event()
         self._abort = False
         self._closed = False
+        self._held: list = []         # KV events of a reset or an abort, sent with the next step
         # sockets are made here, so a bad or busy address fails the engine's construction, then
         # handed to the sender thread, which alone uses them (starting a thread is a barrier)
         ctx = zmq.Context.instance()
@@ -205,15 +209,23 @@ class KVEventPublisher(Observer):
 
     # ---- observer hooks ----------------------------------------------------------------
     def on_step(self, engine, record: StepRecord) -> None:
-        self._publish_step(engine, record.events)
+        if record.kind == "reset":               # a reset between steps: held (see above)
+            self._hold(engine, record.events)
+        else:
+            self._publish_step(engine, record.events)
 
     def on_abort(self, engine, request_id: str, events) -> None:
-        self._publish_step(engine, events)
+        self._hold(engine, events)
+
+    def _hold(self, engine, events) -> None:
+        if not self._closed:
+            self._held += to_kv_events(events, self.block_size, self.medium, engine)
 
     def _publish_step(self, engine, events) -> None:
         if self._closed:
             return
-        kv = to_kv_events(events, self.block_size, self.medium, engine)
+        kv = self._held + to_kv_events(events, self.block_size, self.medium, engine)
+        self._held = []
         if kv:                                   # vLLM publishes only steps with events
             self.publish(kv)
 

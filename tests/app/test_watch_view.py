@@ -130,8 +130,13 @@ def test_the_view_shows_the_blocks_the_engine_cached(page, engine):
     assert set(table["event"]) <= {"BlockStored", "BlockRemoved"} and len(table) > 0
     assert values(chart(page, "fig_kv_cached")["data"][0]["y"])[-1] == len(cached)
 
-    # a cache reset reaches the page as AllBlocksCleared: the tree empties
-    assert eng.reset_prefix_cache() and pub.flush()
+    # a cache reset reaches the page as AllBlocksCleared, with the next step's batch (as vLLM
+    # sends it); that step's request fills no block: the tree empties
+    assert eng.reset_prefix_cache()
+    eng.add_request([7, 8], SamplingParams(max_tokens=1, ignore_eos=True))
+    while eng.has_unfinished_requests():
+        eng.step()
+    assert pub.flush()
     rerun_until(page, lambda at: metric(at, "cached blocks") == "0", "the reset")
     assert "AllBlocksCleared" in set(page.dataframe[0].value["event"])
 

@@ -126,7 +126,8 @@ def stored_blocks(batches) -> list[tuple[str, str, tuple]]:
 
 @pytest.fixture(scope="module")
 def engine_run():
-    """A prefix-caching run on a small pool (cached blocks get evicted), then a cache reset.
+    """A prefix-caching run on a small pool (cached blocks get evicted), then a cache reset,
+    then one more request (vLLM sends the reset's AllBlocksCleared with the next step's batch).
 
     The publisher connects to tcp://127.0.0.1:P, where the subscriber listens; its replay
     socket serves the history the PUB sent before the subscription arrived."""
@@ -146,13 +147,19 @@ def engine_run():
         while eng.has_unfinished_requests():
             steps.append(eng.step().events)
         cached_before_reset = {h: tuple(eng.bm.gpu.tokens[b]) for h, b in eng.bm.gpu.cached.items()}
-        assert eng.reset_prefix_cache()
         pub = eng.publishers[0]
+        before_reset = pub.published
+        assert eng.reset_prefix_cache()
+        assert pub.published == before_reset                # held for the next step
+        eng.add_request(list(range(40, 49)), SamplingParams(max_tokens=2, ignore_eos=True))
+        after = []
+        while eng.has_unfinished_requests():
+            after.append(eng.step().events)
         assert pub.flush()
         total = pub.published
         batches = receive_until(sub, lambda got: len(got) == total, f"{total} batches")
-        yield dict(steps=steps, batches=batches, sub=sub, pub=pub, eng=eng,
-                   cached_before_reset=cached_before_reset)
+        yield dict(steps=steps, after=after, batches=batches, sub=sub, pub=pub, eng=eng,
+                   before_reset=before_reset, cached_before_reset=cached_before_reset)
     finally:
         eng.close()
         sub.close()
@@ -160,7 +167,8 @@ def engine_run():
 
 def test_block_stored_events_are_the_engines_cached_blocks_in_order(engine_run):
     cached = [(e.block_hash, e.parent_hash, e.token_ids)
-              for events in engine_run["steps"] for e in events if e.kind == "cached"]
+              for events in engine_run["steps"] + engine_run["after"] for e in events
+              if e.kind == "cached"]
     assert len(cached) > 10
     assert stored_blocks(engine_run["batches"]) == cached
     stores = [e for b in engine_run["batches"] for e in b.events if isinstance(e, BlockStored)]
@@ -181,15 +189,15 @@ def test_evictions_arrive_as_block_removed_and_a_reset_as_all_blocks_cleared(eng
     assert removed == evicted
     assert all(len(e.block_hashes) == 1 and e.medium == "GPU" for b in engine_run["batches"]
                for e in b.events if isinstance(e, BlockRemoved))     # vLLM: one per block
-    last = engine_run["batches"][-1]
-    assert [type(e) for e in last.events] == [AllBlocksCleared]
+    first_after = engine_run["batches"][engine_run["before_reset"]]
+    assert [type(e) for e in first_after.events] == [AllBlocksCleared, BlockStored]
 
 
 def test_one_batch_per_step_with_changes_numbered_from_zero(engine_run):
-    with_changes = [events for events in engine_run["steps"]
+    with_changes = [events for events in engine_run["steps"] + engine_run["after"]
                     if any(e.kind in ("cached", "evict") for e in events)]
     batches = engine_run["batches"]
-    assert len(batches) == len(with_changes) + 1            # + the reset
+    assert len(batches) == len(with_changes)                # the reset rode with the next step
     assert [b.seq for b in batches] == list(range(len(batches)))
     assert all(b.data_parallel_rank == 0 and b.ts > 0 for b in batches)
     assert engine_run["sub"].gaps == [] and engine_run["sub"].malformed_count == 0
@@ -198,11 +206,15 @@ def test_one_batch_per_step_with_changes_numbered_from_zero(engine_run):
 
 def test_the_rebuilt_cache_equals_the_engines(engine_run):
     view = PrefixCacheView()
-    view.apply_all(engine_run["batches"][:-1])              # before the reset
+    n = engine_run["before_reset"]
+    view.apply_all(engine_run["batches"][:n])               # before the reset
     rebuilt = {b.block_hash.hex(): b.token_ids for b in view.blocks.values()}
     assert rebuilt == engine_run["cached_before_reset"]
-    view.apply(engine_run["batches"][-1])
-    assert view.blocks == {} and view.cleared_total == 1
+    view.apply_all(engine_run["batches"][n:])               # the reset, then the new request
+    eng = engine_run["eng"]
+    assert view.cleared_total == 1 and {b.block_hash.hex(): b.token_ids
+                                        for b in view.blocks.values()} == {
+        h: tuple(eng.bm.gpu.tokens[b]) for h, b in eng.bm.gpu.cached.items()}
     frame = view.series_frame()
     assert list(frame["seq"]) == [b.seq for b in engine_run["batches"]]
     assert frame["stored"].sum() == view.stored_total == len(stored_blocks(engine_run["batches"]))
