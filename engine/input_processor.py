@@ -43,18 +43,33 @@ def resolve_max_model_len(requested: int | None, model_context: int) -> int:
     return requested
 
 
-def prompt_of(prompt):
-    """A prompt as text or token ids: vLLM's prompt dicts (TextPrompt ``{"prompt": ...}``,
-    TokensPrompt ``{"prompt_token_ids": [...]}``) are read as their text or ids."""
+def unpack_prompt(prompt, cache_salt: str | None = None) -> tuple:
+    """(text or token ids, cache salt) of a prompt; vLLM's prompt dicts (TextPrompt
+    ``{"prompt": text}``, TokensPrompt ``{"prompt_token_ids": ids}``, either with an optional
+    ``"cache_salt"``) are unpacked. Checks only the dict and the salt; no state is touched."""
     if isinstance(prompt, dict):
         keys = set(prompt) - {"cache_salt"}
         if keys == {"prompt_token_ids"}:
-            return prompt["prompt_token_ids"]
-        if keys == {"prompt"}:
-            return prompt["prompt"]
-        raise ValueError(f"a prompt dict holds 'prompt' (text) or 'prompt_token_ids', got keys "
-                         f"{sorted(prompt)}")
-    return prompt
+            inner = prompt["prompt_token_ids"]
+            if not isinstance(inner, (list, tuple)):
+                raise ValueError(f"'prompt_token_ids' must be a list of token ids, got "
+                                 f"{type(inner).__name__}")
+        elif keys == {"prompt"}:
+            inner = prompt["prompt"]
+            if not isinstance(inner, str):
+                raise ValueError(f"'prompt' must be text, got {type(inner).__name__}")
+        else:
+            raise ValueError(f"a prompt dict holds 'prompt' (text) or 'prompt_token_ids', got "
+                             f"keys {sorted(prompt)}")
+        if "cache_salt" in prompt:
+            if cache_salt is not None and cache_salt != prompt["cache_salt"]:
+                raise ValueError(f"two cache salts: {prompt['cache_salt']!r} in the prompt and "
+                                 f"{cache_salt!r} given")
+            cache_salt = prompt["cache_salt"]
+        prompt = inner
+    if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+        raise ValueError(f"cache_salt must be a non-empty string or None, got {cache_salt!r}")
+    return prompt, cache_salt
 
 
 class InputProcessor:
@@ -65,7 +80,7 @@ class InputProcessor:
         self.max_model_len = resolve_max_model_len(config.max_model_len, spec.max_model_len)
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
-        prompt = prompt_of(prompt)
+        prompt = unpack_prompt(prompt)[0]
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("the prompt is empty")

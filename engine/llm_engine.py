@@ -17,7 +17,7 @@ import torch
 from engine import events as ev
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.input_processor import InputProcessor, blocks_needed_worst_case, prompt_of
+from engine.input_processor import InputProcessor, blocks_needed_worst_case, unpack_prompt
 from engine.invariants import check_invariants
 from engine.kv_cache_manager_v1 import KVCacheManagerV1
 from engine.length_only import SyntheticRunner
@@ -147,13 +147,8 @@ class Engine:
         the parent's, and ``get_output`` gathers the children's outputs. A prompt may also be
         one of vLLM's prompt dicts, ``{"prompt": text}`` or ``{"prompt_token_ids": ids}``, with
         an optional ``"cache_salt"``."""
-        if isinstance(prompt, dict):
-            if cache_salt is None:
-                cache_salt = prompt.get("cache_salt")
-            prompt = prompt_of(prompt)
+        prompt, cache_salt = unpack_prompt(prompt, cache_salt)
         ids, params = self.check_request(prompt, params)
-        if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
-            raise ValueError(f"cache_salt must be a non-empty string or None, got {cache_salt!r}")
         if request_id is None:
             request_id = str(len(self.groups) + len(self.children))
             while self._id_taken(request_id, params):
@@ -213,13 +208,20 @@ class Engine:
         """End a request (or each of an iterable of ids, as vLLM's ``abort_request``) with
         finish_reason "abort", freeing its blocks; every id is checked before any is ended."""
         if not isinstance(request_id, str):
-            ids = list(request_id)
+            if not isinstance(request_id, (list, tuple, set, frozenset)):
+                raise ValueError(f"request_id must be an id or a list of ids, got "
+                                 f"{type(request_id).__name__}")
+            ids = list(dict.fromkeys(request_id))
             for rid in ids:
+                if not isinstance(rid, str):
+                    raise ValueError(f"a request id is a string, got {rid!r}")
                 self.request_ids(rid)
             for rid in ids:
                 self.abort_request(rid)
             return
         rids = self.request_ids(request_id)
+        if self.is_finished(request_id):
+            return                       # nothing to end: no abort event, no snapshot
         for rid in rids:
             group = self.groups[rid]
             for s in list(group.seqs):
@@ -337,7 +339,7 @@ class Engine:
         if len(params_list) != len(prompts):
             raise ValueError("give one SamplingParams, or one per prompt")
         for prompt, p in zip(prompts, params_list):   # validate all before queuing any
-            self.check_request(prompt, p)
+            self.check_request(unpack_prompt(prompt)[0], p)
         observers, self.observers = self.observers, []
         try:
             rids = [self.add_request(pr, p) for pr, p in zip(prompts, params_list)]

@@ -64,10 +64,8 @@ class OutputProcessor:
         self.eos = frozenset(eos_token_ids)
         # vLLM stops at the tokenizer's EOS with no stop_reason; any other EOS id the model
         # lists joins the request's stop_token_ids (SamplingParams.update_from_generation_config),
-        # so ending there reports that id as the stop_reason
-        primary = getattr(tokenizer, "eos_token_id", None)
-        self.primary_eos = (primary if primary in self.eos
-                            else eos_token_ids[0] if eos_token_ids else None)
+        # so ending there reports that id as the stop_reason (without a tokenizer, every one)
+        self.primary_eos = getattr(tokenizer, "eos_token_id", None)
         self.tokenizer = tokenizer
         self.emit = emit
         self.new_seq_id = new_seq_id
@@ -211,9 +209,10 @@ class OutputProcessor:
         """Does extending ``parent`` by ``token`` end a hypothesis? (False, or the finished
         hypothesis's (text, stop_reason), by the rules of ``_append``.)"""
         p = g.params
-        may_stop = parent.num_output_tokens + 1 >= p.min_tokens
-        stops, reason = self._token_stop(p, token) if may_stop else (False, None)
-        if not (stops or (p.stop and may_stop)):
+        out_len = parent.num_output_tokens + 1
+        stops, reason = self._token_stop(p, token) if out_len >= p.min_tokens else (False, None)
+        strings = p.stop and out_len >= self._stop_strings_from(p)
+        if not (stops or strings):
             return False
         state = self._state(parent).copy()
         if stops and not p.include_stop_str_in_output:

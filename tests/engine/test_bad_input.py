@@ -176,3 +176,13 @@ def test_vllm_prompt_dicts_and_the_sampling_params_keyword():
         eng.generate([{"text": "ROMEO:"}], params)
     with pytest.raises(ValueError, match="give the SamplingParams once"):
         eng.generate(["ROMEO:"], params, sampling_params=params)
+    with pytest.raises(ValueError, match="'prompt_token_ids' must be a list of token ids, got str"):
+        eng.add_request({"prompt_token_ids": "ROMEO:"}, params)
+    with pytest.raises(ValueError, match="'prompt' must be text, got list"):
+        eng.add_request({"prompt": [5, 6, 7]}, params)
+    with pytest.raises(ValueError, match="two cache salts"):
+        eng.add_request({"prompt": "ROMEO:", "cache_salt": "a"}, params, cache_salt="b")
+    before = eng.get_num_unfinished_requests()
+    with pytest.raises(ValueError, match="cache_salt must be a non-empty string"):
+        eng.generate([{"prompt": "ROMEO:"}, {"prompt": "JULIET:", "cache_salt": 5}], params)
+    assert eng.get_num_unfinished_requests() == before      # nothing was queued

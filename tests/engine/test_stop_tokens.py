@@ -93,9 +93,11 @@ def test_an_eos_that_is_not_a_special_token_leaves_its_text_out(tmp_path, defaul
     assert out.text == eng.tokenizer.decode(ids[:at], skip_special_tokens=True)
     assert out.stop_reason == eos and eng.tokenizer.eos_token_id == primary
     beams = eng.generate([PROMPT], SamplingParams(beam_width=2, max_tokens=20))[0].outputs
-    for b in beams:
-        if b.token_ids[-1] == eos:
-            assert b.text == eng.tokenizer.decode(b.token_ids[:-1], skip_special_tokens=True)
+    ended = [b for b in beams if b.token_ids[-1] == eos]
+    assert ended
+    for b in ended:
+        assert b.text == eng.tokenizer.decode(b.token_ids[:-1], skip_special_tokens=True)
+        assert b.stop_reason == eos
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -1,6 +1,6 @@
 """vLLM v1 semantics: chunked prefill under a token budget, sharing only through the prefix
-cache, recompute-only preemption of the latest admitted request, the null block, tail-first
-eviction (cases written after vLLM's tests/v1/core/test_prefix_caching.py and
+cache, recompute-only preemption of the latest admitted request, the null block, the free
+queue's order (cases written after vLLM's tests/v1/core/test_prefix_caching.py and
 test_scheduler.py, with our own code)."""
 import dataclasses
 
@@ -163,7 +163,7 @@ def _seq(seq_id: int, tokens: list[int], salt: str | None = None) -> Sequence:
     return Sequence(seq_id, str(seq_id), list(tokens), len(tokens), cache_salt=salt)
 
 
-def test_eviction_order_is_tail_first_and_lru():
+def test_eviction_order_matches_vllm_test_evict():
     """As vLLM's current test_prefix_caching.py::test_evict: 11 blocks of 16 (block 0 null).
     A freed block without a hash (r0's partial block 6) goes to the front, to be reused first;
     cached ones to the back, each request's last block first (BlockPool.free_blocks)."""
@@ -420,10 +420,16 @@ def test_abort_request_takes_a_list_and_checks_every_id_first(semantics):
     assert eng.get_num_unfinished_requests() == 3
     with pytest.raises(ValueError, match="unknown request id 'nope'"):
         eng.abort_request([a, "nope"])
+    for bad, words in ((5, "an id or a list of ids, got int"), ([a, 7], "a request id is a string")):
+        with pytest.raises(ValueError, match=words):
+            eng.abort_request(bad)
     assert eng.get_num_unfinished_requests() == 3
     eng.abort_request([a, b])
     assert eng.get_num_unfinished_requests() == 1 and not eng.is_finished(c)
     assert [eng.get_output(r).outputs[0].finish_reason for r in (a, b)] == ["abort", "abort"]
+    history = len(eng.history)
+    eng.abort_request(a)                                    # finished already: nothing happens
+    assert len(eng.history) == history
     eng.check_invariants()
 
 
