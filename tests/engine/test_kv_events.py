@@ -339,6 +339,39 @@ def test_payloads_written_with_vllms_schema_decode_with_ours():
                                                                             type=VKVEventBatch)
 
 
+def test_the_newest_schema_with_typed_extra_keys_decodes_too():
+    """vLLM's newest kv_events.py adds event_version, locality and ownership, and types each
+    extra key as a tagged struct (a cache salt: {"type": "cache_salt", "salt": ...}); the
+    subscriber still reads such a batch (unknown fields ignored, a typed key kept as a map)."""
+    class ExtraKey(msgspec.Struct, frozen=True, tag=True):
+        pass
+
+    class CacheSaltKey(ExtraKey, frozen=True, tag="cache_salt"):
+        salt: str
+
+    class NewBlockStored(msgspec.Struct, omit_defaults=True, tag="BlockStored"):
+        block_hashes: list[Any]
+        parent_block_hash: Any
+        token_ids: list[int]
+        block_size: int
+        lora_id: int | None
+        medium: str | None
+        lora_name: str | None
+        event_version: int = 1
+        extra_keys: list[tuple[CacheSaltKey, ...] | None] | None = None
+        group_idx: int | None = None
+        locality: str | None = None
+        ownership: str | None = None
+
+    h = (9).to_bytes(32, "big")
+    payload = msgspec.msgpack.encode([3.0, [NewBlockStored(
+        [h], None, [1, 2, 3, 4], 4, None, "GPU", None, event_version=2,
+        extra_keys=[(CacheSaltKey("alice"),)], locality="LOCAL", ownership="tier2")], 0])
+    stored = decode_batch(payload).events[0]
+    assert isinstance(stored, BlockStored) and stored.block_hashes == [h]
+    assert stored.extra_keys == [({"type": "cache_salt", "salt": "alice"},)]
+
+
 def test_older_positional_payloads_still_decode():
     # vLLM before #42892: events as tagged arrays, the fields it had then
     old = msgspec.msgpack.encode([1.0, [["BlockStored", [11, 12], None, [1, 2, 3, 4], 2, None],
