@@ -224,8 +224,9 @@ class KVEventPublisher(Observer):
     def _publish_step(self, engine, events) -> None:
         if self._closed:
             return
-        kv = self._held + to_kv_events(events, self.block_size, self.medium, engine)
-        self._held = []
+        kv = to_kv_events(events, self.block_size, self.medium, engine)
+        if self._held:                           # a reset's or abort's, first (see above)
+            kv, self._held = self._held + kv, []
         if kv:                                   # vLLM publishes only steps with events
             self.publish(kv)
 

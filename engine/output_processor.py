@@ -136,7 +136,8 @@ class OutputProcessor:
     def _stop_ids(self, p) -> frozenset[int]:
         """The token ids that end a sequence under ``p``: its stop tokens, and the model's EOS
         ids unless ``ignore_eos``."""
-        return (self.eos if not p.ignore_eos else frozenset()) | frozenset(p.stop_token_ids or ())
+        ids = frozenset() if p.ignore_eos else self.eos
+        return ids | frozenset(p.stop_token_ids) if p.stop_token_ids else ids
 
     def _banned(self, p, output_len: int) -> tuple[int, ...]:
         """What may not be sampled now: before ``min_tokens`` output tokens, every EOS id and
@@ -171,13 +172,12 @@ class OutputProcessor:
         # of the text unless include_stop_str_in_output (v1 Detokenizer.update(stop_terminated)).
         may_stop = s.num_output_tokens >= p.min_tokens
         stops, reason = self._token_stop(p, token) if may_stop else (False, None)
-        if stops and not p.include_stop_str_in_output:
-            self.finish(g, s, "stop", stop_reason=reason)       # its text was never emitted
-            return
-        new = self._emit_text(s)
-        if stops:
+        if stops:              # the stop token's text is emitted only if it is to be kept
+            if p.include_stop_str_in_output:
+                self._emit_text(s)
             self.finish(g, s, "stop", stop_reason=reason)
             return
+        new = self._emit_text(s)
         if p.stop and s.num_output_tokens >= self._stop_strings_from(p):
             hit = find_stop(s.output_text, new, p.stop)
             if hit is not None:
