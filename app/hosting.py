@@ -179,7 +179,7 @@ def check_resources(config) -> None:
     config.json and safetensors headers, never its weights, and allocates nothing."""
     import torch
 
-    from engine.model_runner import DTYPES, resolve_device
+    from engine.models.runner import DTYPES, resolve_device
     from engine.models import loader
 
     path = loader.resolve_model_path(config.model)

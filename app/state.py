@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
-from engine.block_size_sweep import block_size_sweep
+from analysis.block_size_sweep import block_size_sweep
 
 from app import hosting
 from app.compare import Comparison

@@ -19,7 +19,7 @@ import typing
 import pandas as pd
 
 from engine import StepSnapshot
-from engine.accounting import accounting_frame
+from engine.observe.accounting import accounting_frame
 from engine.events import EVENT_KINDS
 
 from app import hosting

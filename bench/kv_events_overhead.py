@@ -33,8 +33,8 @@ if __package__ in (None, ""):          # python bench/X.py: make the repo import
 from bench.common import write_results  # noqa: E402
 from engine import Engine, EngineConfig  # noqa: E402
 from engine.kv_events import KVEventPublisher, KVEventSubscriber  # noqa: E402
-from engine.observers import StepRecord  # noqa: E402
-from engine.workloads import WORKLOADS, run_trace, synthetic_trace  # noqa: E402
+from engine.observe.observers import StepRecord  # noqa: E402
+from analysis.workloads import WORKLOADS, run_trace, synthetic_trace  # noqa: E402
 
 TARGET = 0.05
 

@@ -22,7 +22,7 @@ if __package__ in (None, ""):          # python bench/X.py: make the repo import
 
 from bench.common import Progress, write_results  # noqa: E402
 from engine import Engine, EngineConfig, SamplingParams
-from engine.workloads import ALPACA, run_trace, synthetic_trace
+from analysis.workloads import ALPACA, run_trace, synthetic_trace
 
 PAPER_ALPACA = {("parallel", 2): 6.09, ("parallel", 4): 8.53, ("parallel", 6): 9.79,
                 ("beam", 2): 37.56, ("beam", 4): 53.13, ("beam", 6): 55.16}

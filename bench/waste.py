@@ -1,13 +1,13 @@
 """KV memory waste: the paged engine vs contiguous Orca-style allocators, same requests.
 
-For each synthetic workload (ShareGPT-like, Alpaca-like; see engine/workloads.py) at one fixed
+For each synthetic workload (ShareGPT-like, Alpaca-like; see analysis/workloads.py) at one fixed
 KV budget, the length-only engine (the real block manager and scheduler, no model) serves the
 trace while the Max / Pow2 / Oracle baselines serve the very same request stream in lockstep.
 Prints, per allocator, the time-averaged share of non-free KV memory in each of the paper's
 Fig. 2 categories, the mean running batch, requests finished in the same steps, and the paper's
 numbers beside ours. Writes bench/results/waste.{json,csv}.
 
-By default the table comes from the length replay (engine/length_replay.py: the engine's rules
+By default the table comes from the length replay (analysis/length_replay.py: the engine's rules
 on lengths only, about 10^5 steps per second instead of a few hundred); every run first serves
 the first 200 requests of each trace on both the engine and the replay and stops unless their
 accounting agrees row for row. ``--engine engine`` runs the whole traces on the engine instead.
@@ -32,10 +32,10 @@ if __package__ in (None, ""):          # python bench/X.py: make the repo import
 
 from bench.common import Progress, write_results  # noqa: E402
 from engine import Engine, EngineConfig, SamplingParams
-from engine.block_size_sweep import block_size_sweep
-from engine.accounting import summarize
-from engine.length_replay import replay_trace
-from engine.workloads import WORKLOADS, run_trace, synthetic_trace
+from analysis.block_size_sweep import block_size_sweep
+from engine.observe.accounting import summarize
+from analysis.length_replay import replay_trace
+from analysis.workloads import WORKLOADS, run_trace, synthetic_trace
 
 # vLLM paper Fig. 2 (OPT-13B, ShareGPT-like): share of KV memory holding token states
 PAPER_TOKEN_SHARE = {"max": 20.4, "pow2": 26.8, "oracle": 38.2, "paged": 96.3}

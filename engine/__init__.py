@@ -3,7 +3,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import Engine, StepResult
 from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.snapshot import StepSnapshot
+from engine.observe.snapshot import StepSnapshot
 
 __all__ = ["Engine", "EngineConfig", "SamplingParams", "StepResult", "StepSnapshot",
            "RequestOutput", "CompletionOutput"]

@@ -15,22 +15,22 @@ from dataclasses import dataclass
 import torch
 
 from engine import events as ev
-from engine.block_manager import BlockManager
+from engine.core.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.input_processor import InputProcessor, blocks_needed_worst_case, unpack_prompt
-from engine.invariants import check_invariants
-from engine.kv_cache_manager_v1 import KVCacheManagerV1
-from engine.length_only import SyntheticRunner
-from engine.model_runner import ModelRunner
+from engine.processing.input_processor import InputProcessor, blocks_needed_worst_case, unpack_prompt
+from engine.core.invariants import check_invariants
+from engine.core.kv_cache_manager import KVCacheManagerV1
+from engine.models.synthetic import SyntheticRunner
+from engine.models.runner import ModelRunner
 from engine.models.spec import ModelSpec
-from engine.observers import ContiguousBaselines, SnapshotRecorder, StepRecord
+from engine.observe.observers import ContiguousBaselines, SnapshotRecorder, StepRecord
 from engine.outputs import RequestOutput
-from engine.output_processor import OutputProcessor
+from engine.processing.output_processor import OutputProcessor
 from engine.sampling_params import SamplingParams
-from engine.scheduler import ScheduledBatch, Scheduler
-from engine.scheduler_v1 import SchedulerV1
-from engine.sequence import Sequence, SequenceGroup
-from engine.snapshot import StepSnapshot
+from engine.sched.v0 import ScheduledBatch, Scheduler
+from engine.sched.v1 import SchedulerV1
+from engine.core.sequence import Sequence, SequenceGroup
+from engine.observe.snapshot import StepSnapshot
 
 # v1 children of a request without a seed: child i's default seed is the request's + i * this
 # (mod 2**63), far from the next requests' defaults (+1 each) also in the low 32 bits, all that
@@ -182,7 +182,7 @@ class Engine:
 
     def _add_group(self, request_id: str, prompt, ids: list[int], params: SamplingParams,
                    seed: int, cache_salt: str | None) -> None:
-        # on the device the logits come out on: sampling runs there (engine/sampler.py)
+        # on the device the logits come out on: sampling runs there (engine/processing/sampler.py)
         gen = torch.Generator(device=self.device).manual_seed(seed)
         group = SequenceGroup(request_id, prompt if isinstance(prompt, str) else None, ids, params,
                               next(self._arrivals), gen, cache_salt=cache_salt)

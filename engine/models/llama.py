@@ -9,7 +9,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from engine.attention_metadata import AttentionMetadata, paged_attention
+from engine.models.attention_metadata import AttentionMetadata, paged_attention
 from engine.models.spec import ModelSpec
 
 

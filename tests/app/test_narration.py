@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from app.narration import narrate
 from engine import events as ev
-from engine.snapshot import PoolStats, StepSnapshot
+from engine.observe.snapshot import PoolStats, StepSnapshot
 
 
 def bare_snapshot(events, step=5, kind="decode"):

@@ -8,7 +8,7 @@ from app.figures.waste import block_size_sweep_figure, request_table, waste_head
 from app.scenarios import SCENARIOS, preset
 from app.state import Lab
 from engine import Engine, EngineConfig, SamplingParams
-from engine.block_size_sweep import block_size_sweep
+from analysis.block_size_sweep import block_size_sweep
 
 from .conftest import needs_model
 

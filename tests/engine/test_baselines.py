@@ -2,10 +2,10 @@
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.accounting import summarize
-from engine.baselines import ContiguousAllocator, FirstFitSpace
-from engine.baselines.contiguous import reservation
-from engine.workloads import ALPACA, SHAREGPT, run_trace, synthetic_trace
+from engine.observe.accounting import summarize
+from engine.observe.baselines import ContiguousAllocator, FirstFitSpace
+from engine.observe.baselines.contiguous import reservation
+from analysis.workloads import ALPACA, SHAREGPT, run_trace, synthetic_trace
 
 
 def by_name(snapshot):

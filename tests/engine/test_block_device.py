@@ -1,7 +1,7 @@
 """A block table carries the pool it points into (``Sequence.block_device``); ``pool_of`` reads
 that, not the status, so a status changed early cannot make a free decref the other pool."""
-from engine.block_manager import BlockManager
-from engine.sequence import Sequence, SeqStatus
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Sequence, SeqStatus
 
 
 def manager(caching: bool = False) -> BlockManager:

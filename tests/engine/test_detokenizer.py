@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.detokenizer import DetokState, detokenize_step
-from engine.output_processor import find_stop
+from engine.processing.detokenizer import DetokState, detokenize_step
+from engine.processing.output_processor import find_stop
 
 TEXTS = ["ROMEO: But, soft! what light through yonder window breaks?",
          "naïve café — “quoted” ☃ 😀 über ñandú",       # 2-, 3- and 4-byte UTF-8

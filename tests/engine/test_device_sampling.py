@@ -9,7 +9,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.sampler import BeamAsk, TokenAsk, sample_step
+from engine.processing.sampler import BeamAsk, TokenAsk, sample_step
 
 _TO_HOST = {"tolist", "item", "cpu", "numpy"}
 

@@ -4,8 +4,8 @@ import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine import invariants as inv
-from engine.block_manager import hash_block
-from engine.sequence import SeqStatus
+from engine.core.block_manager import hash_block
+from engine.core.sequence import SeqStatus
 
 PARAMS = SamplingParams(max_tokens=24, ignore_eos=True)
 

@@ -26,7 +26,7 @@ import zmq
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine import events as ev
-from engine.kv_event_publisher import to_kv_events
+from engine.kv_events.publisher import to_kv_events
 from engine.kv_events import (AllBlocksCleared, BlockRemoved, BlockStored, Gap, KVEventBatch,
                               KVEventPublisher, KVEventSubscriber, PrefixCacheView, ReceivedBatch,
                               check_endpoint, decode_batch, encode_batch, offset_endpoint_port)
@@ -617,8 +617,8 @@ def test_two_requests_in_one_step_send_their_events_request_by_request():
     """vLLM's allocate_slots evicts a request's new blocks, then caches its full blocks, one
     request after the other: R(A) S(A) R(B) S(B). An eviction for the next request must not be
     moved ahead of the previous request's BlockStored."""
-    from engine.kv_cache_manager_v1 import KVCacheManagerV1
-    from engine.sequence import Sequence
+    from engine.core.kv_cache_manager import KVCacheManagerV1
+    from engine.core.sequence import Sequence
     events: list = []
     kv = KVCacheManagerV1(5, BS, True, events.append)      # 4 usable blocks (block 0 is null)
     for i, toks in enumerate([range(100, 108), range(200, 208)]):     # fill the cache, free

@@ -1,4 +1,4 @@
-"""Differential test: the length replay (engine/length_replay.py) gives the length-only
+"""Differential test: the length replay (analysis/length_replay.py) gives the length-only
 engine's accounting frame row for row, and its preemption count.
 
 Random small traces (lengths, arrivals -- bursts, gaps with idle steps, rows out of arrival
@@ -15,9 +15,9 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st, target
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.block_size_sweep import block_size_sweep
-from engine.length_replay import replay_trace
-from engine.workloads import ALPACA, SHAREGPT, run_trace, synthetic_trace
+from analysis.block_size_sweep import block_size_sweep
+from analysis.length_replay import replay_trace
+from analysis.workloads import ALPACA, SHAREGPT, run_trace, synthetic_trace
 
 
 @pytest.fixture(autouse=True, scope="module")

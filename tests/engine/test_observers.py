@@ -55,5 +55,5 @@ def test_abort_gets_its_own_history_entry(tiny_llama):
     assert [s.step for s in snaps] == [0, 1, 1, 2]            # the abort happened after step 1
     assert [s.index for s in snaps] == [0, 1, 2, 3]           # but it is its own entry
     assert {e.kind for e in snaps[2].events} == {"free", "finish"}
-    from engine.snapshot import StepSnapshot
+    from engine.observe.snapshot import StepSnapshot
     assert StepSnapshot.from_dict(snaps[2].to_dict()).index == 2   # survives a saved trace

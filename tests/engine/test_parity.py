@@ -63,7 +63,7 @@ def test_what_the_loader_accepts_follows_transformers_modeling():
     assert ModelSpec.from_hf_config(transformers.LlamaConfig(**small, hidden_act="swish"))
     with pytest.raises(ValueError, match="mlp_bias"):
         ModelSpec.from_hf_config(transformers.LlamaConfig(**small, mlp_bias=True))
-    from engine.input_processor import InputProcessor
+    from engine.processing.input_processor import InputProcessor
     from engine import EngineConfig
     inputs = InputProcessor(mistral, None, EngineConfig())
     with pytest.raises(ValueError, match="sliding_window"):

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.block_manager import hash_block
-from engine.kv_cache_manager_v1 import KVCacheManagerV1
-from engine.sequence import Sequence
+from engine.core.block_manager import hash_block
+from engine.core.kv_cache_manager import KVCacheManagerV1
+from engine.core.sequence import Sequence
 from tests.engine.helpers import hf_greedy, kinds, run_all
 
 LONG_PROMPTS = [list(range(10, 60)), list(range(3, 100, 2)), [7, 8, 9]]     # 50, 49, 3 tokens

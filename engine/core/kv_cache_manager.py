@@ -27,9 +27,9 @@ from __future__ import annotations
 from typing import Callable
 
 from engine import events as ev
-from engine.block_manager import BlockManager
-from engine.block_pool import BlockPool
-from engine.sequence import Sequence
+from engine.core.block_manager import BlockManager
+from engine.core.block_pool import BlockPool
+from engine.core.sequence import Sequence
 
 
 class KVCacheManagerV1(BlockManager):

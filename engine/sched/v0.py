@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from engine import events as ev
-from engine.block_manager import BlockManager
-from engine.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Contiguous (Orca-style) KV allocators, simulated on the same request stream as the engine."""
-from engine.baselines.address_space import FirstFitSpace
-from engine.baselines.contiguous import POLICIES, ContiguousAllocator
+from engine.observe.baselines.address_space import FirstFitSpace
+from engine.observe.baselines.contiguous import POLICIES, ContiguousAllocator
 
 __all__ = ["FirstFitSpace", "ContiguousAllocator", "POLICIES"]

@@ -41,16 +41,16 @@ from collections import deque
 
 import msgspec
 
-from engine.kv_events import (MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored,
-                              KVEventBatch, binds, check_endpoint, offset_endpoint_port,
-                              wants_ipv6)
-from engine.observers import Observer, StepRecord
+from engine.kv_events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockRemoved,
+                                   BlockStored, KVEventBatch, binds, check_endpoint,
+                                   offset_endpoint_port, wants_ipv6)
+from engine.observe.observers import Observer, StepRecord
 
 FULL_ATTENTION = "full_attention"
 FLUSH_INTERVAL_S = 0.01
 _KV_KINDS = frozenset({"cached", "evict", "cache_reset"})
 _kind = operator.attrgetter("kind")
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
+_END_FRAME = END_SEQ.to_bytes(8, "big", signed=True)   # the replay's last answer
 
 
 def to_kv_events(events, block_size: int, medium: str = MEDIUM_GPU, engine=None) -> list:
@@ -285,7 +285,7 @@ class KVEventPublisher(Observer):
         for seq, payload in list(self._buffer):
             if seq >= start_seq:
                 replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"), payload))
-        replay.send_multipart((client, b"", b"", END_SEQ, b""))
+        replay.send_multipart((client, b"", b"", _END_FRAME, b""))
 
     def flush(self, timeout_s: float = 2.0) -> bool:
         """Wait until every queued batch was handed to ZeroMQ; False on timeout."""

@@ -1,6 +1,6 @@
 """Sampled tokens in, sequences out: append, fork (n > 1), stop checks, finish, the beam step.
 
-After the forward pass every scheduled group asks for tokens (engine/sampler.py answers all of
+After the forward pass every scheduled group asks for tokens (engine/processing/sampler.py answers all of
 them on the logits' device at once); this module applies the answers:
 - greedy / sampled sequences append their token; an n > 1 group forks its n samples from the
   prompt's sequence at its first sample (vLLM v0: the children share every block);
@@ -11,7 +11,7 @@ them on the logits' device at once); this module applies the answers:
   the top k becomes a finished hypothesis, ``length_penalty``, ``early_stopping``) with vLLM
   v0's memory rules (survivors fork from their parent and share its blocks; pruned beams free
   theirs in the same step).
-Text is detokenized incrementally (engine/detokenizer.py) and stop strings are searched only in
+Text is detokenized incrementally (engine/processing/detokenizer.py) and stop strings are searched only in
 the tail the new token could complete.
 """
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Callable
 import torch
 
 from engine import events as ev
-from engine.beam_search import beam_score, is_done, num_candidates, select_candidates
-from engine.block_manager import BlockManager
-from engine.detokenizer import DetokState, detokenize_step
+from engine.processing.beam_search import beam_score, is_done, num_candidates, select_candidates
+from engine.core.block_manager import BlockManager
+from engine.processing.detokenizer import DetokState, detokenize_step
 from engine.outputs import CompletionOutput, RequestOutput
-from engine.sampler import BeamAsk, TokenAsk, sample_step
-from engine.scheduler import ScheduledBatch
-from engine.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.processing.sampler import BeamAsk, TokenAsk, sample_step
+from engine.sched.v0 import ScheduledBatch
+from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 
 
 def find_stop(text: str, new: str, stops) -> tuple[int, str] | None:

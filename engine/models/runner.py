@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention_metadata import AttentionMetadata
+from engine.models.attention_metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.models.loader import LoadedModel, load_model
-from engine.scheduler import ScheduledBatch
+from engine.sched.v0 import ScheduledBatch
 from kernels import get_ops, resolve_backend
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.baselines.address_space import FirstFitSpace
+from engine.observe.baselines.address_space import FirstFitSpace
 
 POLICIES = ("max", "pow2", "oracle")
 

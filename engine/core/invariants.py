@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from engine.block_manager import BlockManager, block_extra_keys, hash_block
-from engine.block_pool import BlockPool
-from engine.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.block_manager import BlockManager, block_extra_keys, hash_block
+from engine.core.block_pool import BlockPool
+from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 
 # the pool a live sequence's table must point into, by status (WAITING holds no blocks)
 _DEVICE_OF = {SeqStatus.RUNNING: "gpu", SeqStatus.SWAPPED: "cpu"}

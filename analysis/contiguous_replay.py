@@ -1,7 +1,7 @@
-"""One contiguous baseline (engine/baselines/contiguous.py) replayed on lengths, a stretch at a time.
+"""One contiguous baseline (engine/observe/baselines/contiguous.py) replayed on lengths, a stretch at a time.
 
 ``ContiguousAllocator.step`` touches every running request every step. When no request ends
-early (every output is exactly max_tokens long, as in engine/length_replay.py) the allocator
+early (every output is exactly max_tokens long, as in analysis/length_replay.py) the allocator
 only changes at its own events -- an arrival, a step that admits (a prefill step), a step that
 retires -- and between them every running request just gains one token per step. So this walks
 from event to event with the allocator's rules (FCFS, first fit in the engine's own
@@ -16,8 +16,8 @@ from collections import deque
 
 import numpy as np
 
-from engine.baselines.address_space import FirstFitSpace
-from engine.baselines.contiguous import reservation
+from engine.observe.baselines.address_space import FirstFitSpace
+from engine.observe.baselines.contiguous import reservation
 
 # the accounting columns of ContiguousAllocator.accounting(), in Accounting's order
 COLUMNS = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation",

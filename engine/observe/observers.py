@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from engine.accounting import Slab, accounting_frame, baseline_accounting
-from engine.baselines import POLICIES, ContiguousAllocator
+from engine.observe.accounting import Slab, accounting_frame, baseline_accounting
+from engine.observe.baselines import POLICIES, ContiguousAllocator
 from engine.events import Event
-from engine.sequence import SequenceGroup
-from engine.snapshot import StepSnapshot, build_snapshot
+from engine.core.sequence import SequenceGroup
+from engine.observe.snapshot import StepSnapshot, build_snapshot
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Callable
 
 from engine import events as ev
-from engine.kv_cache_manager_v1 import KVCacheManagerV1
-from engine.scheduler import ScheduledBatch
-from engine.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.kv_cache_manager import KVCacheManagerV1
+from engine.sched.v0 import ScheduledBatch
+from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 
 PREEMPT_RULE = ("vLLM v1 preempts the most recently admitted running request by recompute: "
                 "its blocks are freed, its computed tokens reset to 0, and it goes to the front "

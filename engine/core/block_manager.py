@@ -23,8 +23,8 @@ from array import array
 from typing import Callable
 
 from engine import events as ev
-from engine.block_pool import BlockPool
-from engine.sequence import Sequence, SeqStatus
+from engine.core.block_pool import BlockPool
+from engine.core.sequence import Sequence, SeqStatus
 
 
 def hash_block(parent_hash: str, token_ids: list[int], extra_keys: tuple | None = None) -> str:

@@ -14,7 +14,7 @@ Followed exactly (transformers 5.x ``GenerationMixin._beam_search`` and its help
   are finished; False once k are finished and the best running beam, scored at its current
   length, cannot beat the worst of them; "never" the same, except that with a positive
   ``length_penalty`` the running beam is scored as if it reached ``max_tokens``.
-What happens to memory is vLLM v0's (engine/output_processor.py): survivors fork, pruned beams
+What happens to memory is vLLM v0's (engine/processing/output_processor.py): survivors fork, pruned beams
 free their blocks.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ replays the same rules on those counts and returns what ``Engine.accounting_fram
 - a request finishes when it samples its ``max_tokens``-th token; its blocks are freed after
   the step's samples;
 - the Max / Pow2 / Oracle baselines serve the same stream in lockstep
-  (engine/contiguous_replay.py).
+  (analysis/contiguous_replay.py).
 
 Block ids don't matter without prefix caching, so a request is only a token count: a running
 request's cached tokens are ``base + D``, D the decode steps so far, and it takes a block at a
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engine.baselines import POLICIES
+from engine.observe.baselines import POLICIES
 from engine.config import EngineConfig
-from engine.contiguous_replay import replay_contiguous
-from engine.input_processor import kv_tokens_at_most, resolve_max_model_len
+from analysis.contiguous_replay import replay_contiguous
+from engine.processing.input_processor import kv_tokens_at_most, resolve_max_model_len
 from engine.sampling_params import SamplingParams
 
 

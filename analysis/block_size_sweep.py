@@ -5,7 +5,7 @@ Each block size runs the requests to completion on the length-only engine (the r
 manager and scheduler, no model: outputs are exactly ``max_tokens`` long) with a pool of the
 same capacity in token slots, and averages over the run's steps: token states / allocated slots
 (the rest is last-block slack) and the number of running requests. Requests the length replay
-runs exactly (engine/length_replay.py: n = 1, ignore_eos, no stop strings) are replayed on
+runs exactly (analysis/length_replay.py: n = 1, ignore_eos, no stop strings) are replayed on
 their lengths instead, with the same result in a fraction of the time.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from engine.config import EngineConfig
-from engine.length_replay import replay_trace, unsupported
+from analysis.length_replay import replay_trace, unsupported
 from engine.llm_engine import Engine
 from engine.sampling_params import SamplingParams
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from engine.accounting import Accounting, Slab, paged_accounting
-from engine.block_manager import BlockManager
-from engine.block_pool import BlockPool
+from engine.observe.accounting import Accounting, Slab, paged_accounting
+from engine.core.block_manager import BlockManager
+from engine.core.block_pool import BlockPool
 from engine.events import Event, event_from_dict
-from engine.sequence import SequenceGroup, SeqStatus
+from engine.core.sequence import SequenceGroup, SeqStatus
 
 
 @dataclass(frozen=True)
