@@ -37,16 +37,19 @@ import numpy as np
 import pandas as pd
 
 from engine.observe.baselines import POLICIES
-from engine.config import EngineConfig
 from analysis.contiguous_replay import replay_contiguous
-from engine.processing.input_processor import kv_tokens_at_most, resolve_max_model_len
+from engine.config import EngineConfig
+from engine.core.worst_case import kv_tokens_at_most
+from engine.processing.input_processor import resolve_max_model_len
 from engine.sampling_params import SamplingParams
+from engine.sched.registry import semantics_of
+from engine.sched.v0 import V0Semantics
 
 
 def unsupported(config: EngineConfig, params: SamplingParams | None = None) -> str | None:
     """Why the replay would not match the engine for this config (and request params), or
     None when it does."""
-    if config.semantics != "v0":
+    if not isinstance(semantics_of(config.semantics), V0Semantics):
         return f"semantics={config.semantics!r}: only v0's scheduler is replayed"
     if config.preemption_mode != "recompute":
         return f"preemption_mode={config.preemption_mode!r}: only recompute is replayed"

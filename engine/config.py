@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.sched.registry import semantics_of
+
 PREEMPTION_MODES = ("recompute", "swap")
-SEMANTICS = ("v0", "v1")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
@@ -47,15 +48,15 @@ class EngineConfig:
     def prefix_caching(self) -> bool:
         """Whether prefix caching is on: the setting, or the engine's default (v1: on)."""
         if self.enable_prefix_caching is None:
-            return self.semantics == "v1"
+            return semantics_of(self.semantics).prefix_caching_default
         return self.enable_prefix_caching
+
     def __post_init__(self):
         problems = []
-        if self.semantics not in SEMANTICS:
-            problems.append(f"semantics must be 'v0' or 'v1', got {self.semantics!r}")
-        elif self.semantics == "v1" and self.preemption_mode == "swap":
-            problems.append("preemption_mode='swap' is not available with semantics='v1': vLLM v1 "
-                            "has no swap space and preempts by recompute only")
+        try:
+            problems += semantics_of(self.semantics).config_problems(self)
+        except ValueError as exc:
+            problems.append(str(exc))
         if self.enable_prefix_caching not in (None, True, False):
             problems.append(f"enable_prefix_caching must be None, True or False, "
                             f"got {self.enable_prefix_caching!r}")

@@ -15,27 +15,22 @@ from dataclasses import dataclass
 import torch
 
 from engine import events as ev
-from engine.core.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.processing.input_processor import InputProcessor, blocks_needed_worst_case, unpack_prompt
 from engine.core.invariants import check_invariants
-from engine.core.kv_cache_manager import KVCacheManagerV1
-from engine.models.synthetic import SyntheticRunner
+from engine.core.sequence import Sequence, SequenceGroup
+from engine.core.worst_case import blocks_needed_worst_case
 from engine.models.runner import ModelRunner
 from engine.models.spec import ModelSpec
+from engine.models.synthetic import SyntheticRunner
 from engine.observe.observers import ContiguousBaselines, SnapshotRecorder, StepRecord
-from engine.outputs import RequestOutput
-from engine.processing.output_processor import OutputProcessor
-from engine.sampling_params import SamplingParams
-from engine.sched.v0 import ScheduledBatch, Scheduler
-from engine.sched.v1 import SchedulerV1
-from engine.core.sequence import Sequence, SequenceGroup
 from engine.observe.snapshot import StepSnapshot
-
-# v1 children of a request without a seed: child i's default seed is the request's + i * this
-# (mod 2**63), far from the next requests' defaults (+1 each) also in the low 32 bits, all that
-# torch's CPU generator keeps of a seed (a stride of 2**32 gave two children the same samples)
-CHILD_SEED_STRIDE = 0x9E3779B97F4A7C15 % 2 ** 63      # 2**64 / golden ratio: spreads the bits
+from engine.outputs import RequestOutput
+from engine.processing.input_processor import InputProcessor, unpack_prompt
+from engine.processing.output_processor import OutputProcessor
+from engine.processing.parallel_sampling import child_seed
+from engine.sampling_params import SamplingParams
+from engine.sched.interface import ScheduledBatch
+from engine.sched.registry import semantics_of
 
 
 @dataclass(frozen=True)
@@ -64,22 +59,13 @@ class Engine:
                                                               runner.backend)
         self._events: list[ev.Event] = []
         emit = self._events.append
-        if config.semantics == "v1":
-            self.bm = KVCacheManagerV1(config.num_gpu_blocks, config.block_size,
-                                       config.prefix_caching, emit)
-            self.scheduler = SchedulerV1(self.bm, config.max_num_seqs,
-                                         config.max_num_batched_tokens,
-                                         config.long_prefill_token_threshold, emit)
-        else:
-            self.bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks,
-                                   config.block_size, config.prefix_caching, emit)
-            self.scheduler = Scheduler(self.bm, config.preemption_mode, config.max_num_seqs,
-                                       config.max_num_batched_tokens, emit)
-        self.inputs = InputProcessor(spec, tokenizer, config)
+        self.semantics = semantics_of(config.semantics)
+        self.bm, self.scheduler = self.semantics.build(config, emit)
+        self.inputs = InputProcessor(spec, tokenizer, config, self.semantics)
         self._seq_ids = itertools.count()
         self.outputs = OutputProcessor(self.bm, spec.eos_token_ids, tokenizer,
                                        self._events.append, lambda: next(self._seq_ids),
-                                       config.semantics)
+                                       self.semantics.stop_strings_after_min_tokens)
         self.groups: dict[str, SequenceGroup] = {}
         # v1 parallel sampling: a request with n > 1 runs as n child requests (their ids)
         self.children: dict[str, list[str]] = {}
@@ -130,7 +116,8 @@ class Engine:
         return self.inputs.tokenize(prompt)
 
     def blocks_needed_worst_case(self, prompt_len: int, params: SamplingParams) -> int:
-        return blocks_needed_worst_case(prompt_len, params, self.config.block_size)
+        return blocks_needed_worst_case(prompt_len, params.max_tokens, params.width,
+                                        self.config.block_size)
 
     def check_request(self, prompt, params: SamplingParams | None):
         """Validate a request without touching any state; returns (token ids, params)."""
@@ -159,25 +146,20 @@ class Engine:
         seed = (params.seed if params.seed is not None
                 else self.config.seed * 1_000_003 + self._num_requests)
         self._num_requests += 1
-        if self.config.semantics == "v1" and params.n > 1:
-            self.children[request_id] = [f"{i}_{request_id}" for i in range(params.n)]
-            # a given seed: child i gets seed + i, as vLLM's; without one, vLLM's children draw
-            # independently, so theirs must not meet the next request's default seed (base + 1)
-            step = 1 if params.seed is not None else CHILD_SEED_STRIDE
-            for i, child in enumerate(self.children[request_id]):
-                child_seed = (seed + i * step) % 2 ** 63
-                self._add_group(child, prompt, ids,
-                                dataclasses.replace(params, n=1, seed=child_seed), child_seed,
-                                cache_salt)
+        children = self.semantics.child_request_ids(request_id, params)
+        if children:
+            self.children[request_id] = children
+            for i, child in enumerate(children):
+                cseed = child_seed(seed, i, params.seed is not None)
+                self._add_group(child, prompt, ids, dataclasses.replace(params, n=1, seed=cseed),
+                                cseed, cache_salt)
         else:
             self._add_group(request_id, prompt, ids, params, seed, cache_salt)
         return request_id
 
     def _id_taken(self, request_id: str, params: SamplingParams) -> bool:
         """The id, or (v1, n > 1) any of its child ids, already names a request or a parent."""
-        ids = [request_id]
-        if self.config.semantics == "v1" and params.n > 1:
-            ids += [f"{i}_{request_id}" for i in range(params.n)]
+        ids = [request_id, *self.semantics.child_request_ids(request_id, params)]
         return any(r in self.groups or r in self.children for r in ids)
 
     def _add_group(self, request_id: str, prompt, ids: list[int], params: SamplingParams,
@@ -241,10 +223,8 @@ class Engine:
         if not isinstance(reset_running_requests, bool):
             raise ValueError(f"reset_running_requests must be True or False, got "
                              f"{reset_running_requests!r}")
-        if reset_running_requests and self.config.semantics != "v1":
-            raise ValueError("reset_running_requests=True is vLLM v1's (its scheduler preempts "
-                             "the running requests); this engine follows vLLM v0, whose "
-                             "reset_prefix_cache only resets when no block is in use")
+        if reset_running_requests and self.semantics.reset_running_refusal:
+            raise ValueError(self.semantics.reset_running_refusal)
         if reset_running_requests:
             self.scheduler.preempt_all_running()
         if not self.bm.reset_prefix_cache():
@@ -280,14 +260,16 @@ class Engine:
         finished: list[str] = []
         if batch.kind != "idle":
             logits = self.runner.execute(batch)
-            ends = batch.ends or [s.num_tokens for s in batch.seqs]
-            for s, end in zip(batch.seqs, ends):
+            for s, end in zip(batch.seqs, batch.ends):
                 s.num_computed = end
             sampling = batch
-            if batch.ends:      # v1: only requests whose last known token was computed sample
-                rows = [i for i, s in enumerate(batch.seqs) if s.num_computed == s.num_tokens]
-                sampling = ScheduledBatch(batch.kind, groups=[batch.groups[i] for i in rows],
-                                          seqs=[batch.seqs[i] for i in rows])
+            # only requests whose last known token was computed sample (a v1 prompt chunk
+            # that is not the last one throws its logits away)
+            rows = [i for i, s in enumerate(batch.seqs) if s.num_computed == s.num_tokens]
+            if len(rows) < len(batch.seqs):
+                seqs = [batch.seqs[i] for i in rows]
+                groups = [self.groups[r] for r in dict.fromkeys(s.request_id for s in seqs)]
+                sampling = ScheduledBatch(batch.kind, groups=groups, seqs=seqs)
                 logits = logits[rows]
             if sampling.seqs:
                 finished = self.outputs.process(sampling, logits, self.step_no)

@@ -1,118 +1,39 @@
-"""Block tables: allocate on demand, fork, copy-on-write, free, swap, prefix-cache hits.
+"""vLLM v0's block manager: block tables with fork, copy-on-write and swap, on top of the
+shared pool and prefix cache (``kv_cache_base``).
 
-This is where every memory event is born. Rules (DESIGN §4):
-- A sequence with ``num_computed`` cached tokens holds ceil(num_computed / block_size) blocks.
+This is where v0's memory events are born. Rules (docs/architecture.md#memory-rules):
 - Fork copies the table and increments refcounts; no K/V moves.
 - Copy-on-write: before writing into a block with ref_count > 1 the writer gets a fresh block,
   the K/V bytes are copied (``pending_copies``, run by the model runner as one batched
   ``copy_blocks`` before the forward pass) and the shared block loses one reference.
   The last sharer (ref_count == 1) writes in place. Full blocks are never written again.
-- Freeing releases blocks in reverse table order (BlockPool.free_blocks), so a sequence's
-  tail blocks are reused or evicted before the prefix blocks others are likelier to share.
-- A table records the pool it points into (``seq.block_device``), set here whenever a table is
-  built, copied, moved or cleared. ``pool_of`` reads only that, never the status: the scheduler
-  changes statuses, and a status set a line too early must not make a free decref the other
-  pool's blocks.
-- Block hashes are the full sha256 hex digest: a collision would silently serve another
-  prefix's K/V, and a 64-bit truncation leaves only a ~2^32-block birthday bound.
+- Swap moves a group's blocks to the CPU pool and back, keeping the sharing between its
+  sequences.
 """
 from __future__ import annotations
 
-import hashlib
-from array import array
 from typing import Callable
 
 from engine import events as ev
 from engine.core.block_pool import BlockPool
+from engine.core.kv_cache_base import KVCacheBase
 from engine.core.sequence import Sequence, SeqStatus
 
 
-def hash_block(parent_hash: str, token_ids: list[int], extra_keys: tuple | None = None) -> str:
-    """Chained content hash of a full block: equal hashes mean equal whole prefixes.
-
-    The whole 64-hex-char digest, never truncated (DESIGN §4). A hex str, not bytes, so events,
-    snapshots and traces stay JSON-serialisable. ``parent_hash`` is "" for a first block.
-    ``extra_keys`` (vLLM v1's name: the request's ``cache_salt`` on its first block) go into the
-    digest, so requests with different salts never share a block; None hashes as before."""
-    data = parent_hash.encode() + array("q", token_ids).tobytes()
-    if extra_keys:
-        data += b"\x00extra:" + repr(tuple(extra_keys)).encode()
-    return hashlib.sha256(data).hexdigest()
-
-
-def block_extra_keys(seq: Sequence, logical: int) -> tuple | None:
-    """Extra hash keys of a sequence's ``logical``-th block: its cache salt, on the first block
-    only (vLLM v1 kv_cache_utils.generate_block_hash_extra_keys; the chain carries it on)."""
-    return (seq.cache_salt,) if logical == 0 and seq.cache_salt else None
-
-
-class BlockManager:
+class BlockManager(KVCacheBase):
     def __init__(self, num_gpu_blocks: int, num_cpu_blocks: int, block_size: int,
                  enable_prefix_caching: bool, emit: Callable[[ev.Event], None]):
-        self.block_size = block_size
-        self.gpu = BlockPool(num_gpu_blocks, block_size, "gpu")
+        super().__init__(BlockPool(num_gpu_blocks, block_size, "gpu"), enable_prefix_caching,
+                         emit)
         self.cpu = BlockPool(num_cpu_blocks, block_size, "cpu")
-        self.caching = enable_prefix_caching
-        self.emit = emit
         self.pending_copies: list[tuple[int, int]] = []   # CoW (src, dst) for this step
-        # vLLM's prefix-cache metrics, in tokens: prompt tokens looked up, and found cached
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
-        # v1 only (vLLM's PrefixCacheStats.preempted_queries / _hits): lookups by requests
-        # preempted before, kept out of the two above
-        self.prefix_cache_preempted_queries = 0
-        self.prefix_cache_preempted_hits = 0
 
-    def pool_of(self, seq: Sequence) -> BlockPool:
-        """The pool ``seq``'s block table points into: the one stored with the table."""
-        return {"gpu": self.gpu, "cpu": self.cpu}[seq.block_device]
+    @property
+    def pools(self) -> dict[str, BlockPool]:
+        return {"gpu": self.gpu, "cpu": self.cpu}
 
-    @staticmethod
-    def _parent_hash(seq: Sequence, logical: int) -> str:
-        return seq.block_hashes[logical - 1] if logical else ""
-
-    # ---- prefix hashes -------------------------------------------------------------------
-    def _update_hashes(self, seq: Sequence) -> None:
-        bs = self.block_size
-        while len(seq.block_hashes) < len(seq.token_ids) // bs:
-            i = len(seq.block_hashes)
-            seq.block_hashes.append(hash_block(self._parent_hash(seq, i),
-                                               seq.token_ids[i * bs:(i + 1) * bs],
-                                               block_extra_keys(seq, i)))
-
-    def _register(self, seq: Sequence, b: int, logical: int, pool: BlockPool | None = None) -> None:
-        """Offer ``seq``'s full ``logical``-th block (physical ``b``) to the prefix cache; a
-        block that entered it is announced (``Cached``, vLLM's ``BlockStored``)."""
-        pool = pool or self.gpu
-        h, parent = seq.block_hashes[logical], self._parent_hash(seq, logical)
-        if pool.register(b, h, parent, block_extra_keys(seq, logical)):
-            self.emit(ev.Cached(seq.seq_id, b, h, parent, tuple(pool.tokens[b])))
-
-    def reset_prefix_cache(self) -> bool:
-        """vLLM's reset_prefix_cache: only when no block is in use; emits ``CacheReset``."""
-        if not self.gpu.reset_cache():
-            return False
-        self.emit(ev.CacheReset())
-        return True
-
-    def _prefix_hits(self, seq: Sequence) -> list[int]:
-        """Cached blocks matching the prompt's leading full blocks. At least one token is left
-        to compute, since the last position's logits are needed to sample."""
-        if not self.caching:
-            return []
-        self._update_hashes(seq)
-        hits = []
-        for h in seq.block_hashes[:(seq.num_tokens - 1) // self.block_size]:
-            b = self.gpu.lookup(h)
-            if b is None:
-                break
-            hits.append(b)
-        return hits
-
-    def _count_query(self, seq: Sequence, hit_blocks: int) -> None:
-        if self.caching:
-            self.prefix_cache_queries += seq.num_tokens
-            self.prefix_cache_hits += hit_blocks * self.block_size
+    def unscheduled_copies(self) -> list[tuple[int, int]]:
+        return self.pending_copies
 
     # ---- prefill -----------------------------------------------------------------------
     def _shared_prefix(self, first: Sequence | None, seq: Sequence) -> int:
@@ -180,17 +101,6 @@ class BlockManager:
         seq.num_computed = reused * bs
         return seq.num_computed
 
-    def _allocate(self, seq: Sequence, logical: int) -> int:
-        b, evicted = self.gpu.allocate()
-        if evicted is not None:
-            self.emit(ev.Evict(b, evicted))
-        self.emit(ev.Alloc(seq.seq_id, logical, b))
-        if logical == len(seq.block_table):
-            seq.block_table.append(b)
-        else:
-            seq.block_table[logical] = b
-        return b
-
     # ---- decode ------------------------------------------------------------------------
     def blocks_needed_for_append(self, seqs: list[Sequence]) -> int:
         """Exact number of fresh blocks one decode step of these sequences needs: a new block
@@ -251,14 +161,6 @@ class BlockManager:
         child.num_computed = parent.num_computed
         child.block_hashes = list(parent.block_hashes)
         self.emit(ev.Fork(parent.seq_id, child.seq_id, tuple(child.block_table)))
-
-    def free(self, seq: Sequence) -> None:
-        pool = self.pool_of(seq)
-        for b in pool.free_blocks(reversed(seq.block_table)):     # last block first (vLLM)
-            self.emit(ev.Free(b, pool.block_hash[b] is not None, pool.device))
-        seq.block_table = []
-        seq.block_device = "gpu"        # an empty table; the next one is built on the GPU
-        seq.num_computed = 0
 
     # ---- swap --------------------------------------------------------------------------
     @staticmethod

@@ -1,4 +1,4 @@
-"""The memory rules of DESIGN §4, checked against the engine's live state.
+"""The memory rules of docs/architecture.md#memory-rules, checked against the engine's live state.
 
 Each failure raises AssertionError whose message names the broken invariant. Called between
 steps (after ``Engine.step`` or ``abort_request`` returns), never inside one.
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from engine.core.block_manager import BlockManager, block_extra_keys, hash_block
+from engine.core.hashing import block_extra_keys, hash_block
+from engine.core.kv_cache_base import KVCacheBase
 from engine.core.block_pool import BlockPool
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 
@@ -29,7 +30,7 @@ def _fail(name: str, detail: str) -> None:
     raise AssertionError(f"invariant '{name}' broken: {detail}")
 
 
-def check_invariants(bm: BlockManager, groups: list[SequenceGroup], scheduler) -> None:
+def check_invariants(bm: KVCacheBase, groups: list[SequenceGroup], scheduler) -> None:
     bs = bm.block_size
     # first: the block checks below trust that live sequences are waiting, running or swapped
     _check_queues(groups, scheduler)
@@ -56,7 +57,7 @@ def check_invariants(bm: BlockManager, groups: list[SequenceGroup], scheduler) -
                           f"seq {s.seq_id} logical {i} -> {pool.device} block {b} holds "
                           f"{pool.tokens[b]}, expected {expect}")
             _check_seq_hashes(s, pool, bs)
-    for pool in (bm.gpu, bm.cpu):
+    for pool in bm.pools.values():
         for b in range(pool.num_blocks):
             if pool.ref_count[b] != refs[pool.device][b]:
                 _fail("refcounts match table references",
@@ -83,18 +84,18 @@ def check_invariants(bm: BlockManager, groups: list[SequenceGroup], scheduler) -
             if bm.gpu.null_block is not None and bm.gpu.null_block in s.block_table \
                     and s.block_device == "gpu":
                 _fail(NULL_BLOCK, f"seq {s.seq_id}'s table holds the null block")
-    if bm.pending_copies:
+    if bm.unscheduled_copies():
         # the scheduler hands them to the step's batch; left here they would be run late, or
         # never, and the copied-to block would hold garbage K/V
-        _fail(NO_PENDING_COPIES, f"{bm.pending_copies}")
+        _fail(NO_PENDING_COPIES, f"{bm.unscheduled_copies()}")
     if not scheduler.has_unfinished():
-        leaked = [b for b in range(bm.gpu.num_blocks) if bm.gpu.ref_count[b]]
-        leaked += [b for b in range(bm.cpu.num_blocks) if bm.cpu.ref_count[b]]
+        leaked = [b for pool in bm.pools.values() for b in range(pool.num_blocks)
+                  if pool.ref_count[b]]
         if leaked:
             _fail("no leak after all requests finish", f"blocks {leaked} still referenced")
 
 
-def _table_pool(bm: BlockManager, s: Sequence) -> BlockPool:
+def _table_pool(bm: KVCacheBase, s: Sequence) -> BlockPool:
     """The pool ``s``'s table points into, which must be the one its status implies, and every
     entry a referenced block of it (a swapped sequence decoding from GPU ids, or a running one
     reading CPU ids, would read another sequence's K/V)."""
@@ -115,7 +116,7 @@ def _check_seq_hashes(s: Sequence, pool: BlockPool, bs: int) -> None:
     carries this chain's hash at that position (so a prefix hit on it serves this prefix)."""
     parent = ""
     for i, h in enumerate(s.block_hashes):
-        if h != hash_block(parent, s.token_ids[i * bs:(i + 1) * bs], block_extra_keys(s, i)):
+        if h != hash_block(parent, s.token_ids[i * bs:(i + 1) * bs], block_extra_keys(s.cache_salt, i)):
             _fail(HASH_CHAIN, f"seq {s.seq_id} block_hashes[{i}] does not match its tokens")
         parent = h
     for i, b in enumerate(s.block_table):
@@ -173,8 +174,8 @@ def _check_queues(groups: list[SequenceGroup], scheduler) -> None:
     no queue. (Queues are compared by identity: groups are dataclasses with field equality.)"""
     queued: dict[int, list[str]] = {}
     known = {id(g) for g in groups}
-    for name in ("waiting", "running", "swapped"):
-        for g in getattr(scheduler, name):
+    for name, queue in scheduler.queues().items():
+        for g in queue:
             if id(g) not in known:
                 _fail(STATUS_QUEUE, f"request {g.request_id} in {name} is not a known request")
             queued.setdefault(id(g), []).append(name)

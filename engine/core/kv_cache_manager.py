@@ -19,26 +19,35 @@ Follows vLLM's ``vllm/v1/core/kv_cache_manager.py`` and ``block_pool.py`` (facts
   shared, is evicted last.
 - No fork, no copy-on-write, no swap: a block is shared only as a prefix-cache hit, and only
   full blocks are cached, so nobody ever writes into a shared block.
-Hashes and the cache map are the v0 block manager's (chained sha256 over token ids and extra
-keys, i.e. the cache salt on the first block), so one prefix-cache model serves both engines.
+Hashes, lookups, allocation and freeing are shared with v0's block manager (``kv_cache_base``;
+the hash is ``hashing.hash_block``), so one prefix-cache model serves both engines.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from engine import events as ev
-from engine.core.block_manager import BlockManager
 from engine.core.block_pool import BlockPool
+from engine.core.kv_cache_base import KVCacheBase, PrefixCacheStats
 from engine.core.sequence import Sequence
 
 
-class KVCacheManagerV1(BlockManager):
+class KVCacheManager(KVCacheBase):
     def __init__(self, num_gpu_blocks: int, block_size: int, enable_prefix_caching: bool,
                  emit: Callable[[ev.Event], None]):
         if num_gpu_blocks < 2:
             raise ValueError("vLLM v1 needs num_gpu_blocks >= 2: block 0 is the null block")
-        super().__init__(num_gpu_blocks, 0, block_size, enable_prefix_caching, emit)
-        self.gpu = BlockPool(num_gpu_blocks, block_size, "gpu", null_block=True, keep_copies=True)
+        super().__init__(BlockPool(num_gpu_blocks, block_size, "gpu", null_block=True,
+                                   keep_copies=True), enable_prefix_caching, emit)
+        # vLLM's PrefixCacheStats.preempted_queries / _hits: lookups by requests preempted
+        # before, kept out of the two counts above
+        self.prefix_cache_preempted_queries = 0
+        self.prefix_cache_preempted_hits = 0
+
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats(self.prefix_cache_queries, self.prefix_cache_hits,
+                                self.prefix_cache_preempted_queries,
+                                self.prefix_cache_preempted_hits)
 
     # ---- prefix cache --------------------------------------------------------------------
     def get_computed_blocks(self, seq: Sequence) -> list[int]:
@@ -106,13 +115,3 @@ class KVCacheManagerV1(BlockManager):
         """Flat slots of tokens [start, end) (where the forward pass stores their K/V)."""
         bs = self.block_size
         return [seq.block_table[p // bs] * bs + p % bs for p in range(start, end)]
-
-    # ---- what v1 does not have -----------------------------------------------------------
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        raise RuntimeError("vLLM v1 has no fork: n > 1 runs as child requests that share the "
-                           "prompt through the prefix cache")
-
-    def swap_out(self, seqs):
-        raise RuntimeError("vLLM v1 has no swap: preemption is recompute only")
-
-    swap_in = swap_out

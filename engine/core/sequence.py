@@ -45,7 +45,7 @@ class Sequence:
     finish_reason: str | None = None
     stop_reason: int | str | None = None      # vLLM's: the stop string or stop token id
     # times the v1 scheduler preempted it (vLLM v1's Request.num_preemptions): its later
-    # prefix-cache lookups are counted apart (KVCacheManagerV1._count_query)
+    # prefix-cache lookups are counted apart (KVCacheManager._count_query)
     num_preemptions: int = 0
 
     @property

@@ -9,7 +9,9 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from engine.kv_events.wire import (END_SEQ, KVEventBatch, check_endpoint, decode_batch,
                                    offset_endpoint_port, wants_ipv6)

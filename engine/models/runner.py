@@ -88,15 +88,8 @@ class ModelRunner:
             self.ops.copy_blocks(self.kv_cache, self._ids(src), self._ids(dst))
 
         seqs = batch.seqs
-        if batch.ends:          # v1: every sequence computes tokens [start, end) of its own
-            spans = list(zip(batch.starts, batch.ends))
-            prefill = any(end - start > 1 for start, end in spans)
-        elif batch.kind == "prefill":
-            spans = [(start, s.num_tokens) for s, start in zip(seqs, batch.starts)]
-            prefill = True
-        else:
-            spans = [(s.num_tokens - 1, s.num_tokens) for s in seqs]
-            prefill = False
+        spans = list(zip(batch.starts, batch.ends))     # each sequence's tokens [start, end)
+        prefill = batch.is_prefill
         tokens, positions, query_start = [], [], [0]
         for s, (start, end) in zip(seqs, spans):
             tokens += s.token_ids[start:end]

@@ -17,6 +17,12 @@ from engine.core.sequence import SequenceGroup
 from engine.observe.snapshot import StepSnapshot, build_snapshot
 
 
+def _queue_lengths(scheduler) -> tuple[int, int, int]:
+    """(waiting, running, swapped) requests; 0 swapped for a scheduler without swap."""
+    q = scheduler.queues()
+    return len(q["waiting"]), len(q["running"]), len(q.get("swapped", ()))
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """What one engine step did, as observers see it."""
@@ -108,7 +114,7 @@ class SnapshotRecorder(Observer):
         s = engine.scheduler
         snap = build_snapshot(
             step=engine.step_no, kind=kind, groups=list(engine.groups.values()), bm=engine.bm,
-            queues=(len(s.waiting), len(s.running), len(s.swapped)), events=events,
+            queues=_queue_lengths(s), events=events,
             step_time_s=step_time, model=engine.config.model, backend=engine.backend_label,
             device=engine.device, bytes_per_block=engine.runner.bytes_per_block,
             running_seqs=s.num_running_seqs(), finished=engine.num_finished,

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from engine.observe.accounting import Accounting, Slab, paged_accounting
-from engine.core.block_manager import BlockManager
+from engine.core.kv_cache_base import KVCacheBase
 from engine.core.block_pool import BlockPool
 from engine.events import Event, event_from_dict
 from engine.core.sequence import SequenceGroup, SeqStatus
@@ -158,7 +158,10 @@ def _blocks(pool: BlockPool, owners: dict[int, list[int]], cache: dict) -> tuple
     return tuple(out)
 
 
-def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: BlockManager,
+NO_SWAP_SPACE = BlockPool(0, 1, "cpu")      # what a manager without swap shows: no CPU blocks
+
+
+def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: KVCacheBase,
                    queues: tuple[int, int, int], events: tuple[Event, ...], step_time_s: float,
                    model: str, backend: str, device: str, bytes_per_block: int,
                    running_seqs: int, finished: int, baselines: tuple[Accounting, ...],
@@ -190,7 +193,9 @@ def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: Blo
             if s.is_finished:
                 done_cache[s.seq_id] = state
             seqs.append(state)
-    gpu, cpu = bm.gpu, bm.cpu
+    gpu = bm.gpu
+    cpu = bm.pools.get("cpu", NO_SWAP_SPACE)
+    cache = bm.prefix_cache_stats()
     used = [b for b in range(gpu.num_blocks) if gpu.ref_count[b]]
     stats = PoolStats(
         total_blocks=gpu.num_blocks, free_blocks=gpu.num_free, used_blocks=len(used),
@@ -202,10 +207,10 @@ def build_snapshot(*, step: int, kind: str, groups: list[SequenceGroup], bm: Blo
         num_waiting=queues[0], num_running=queues[1], num_swapped=queues[2],
         logical_blocks=logical,
         kv_cache_usage_perc=1 - gpu.num_free / gpu.num_usable if gpu.num_usable else 0.0,
-        prefix_cache_queries=bm.prefix_cache_queries, prefix_cache_hits=bm.prefix_cache_hits,
+        prefix_cache_queries=cache.queries, prefix_cache_hits=cache.hits,
         num_preemptions=num_preemptions, null_blocks=gpu.num_blocks - gpu.num_usable,
-        prefix_cache_preempted_queries=bm.prefix_cache_preempted_queries,
-        prefix_cache_preempted_hits=bm.prefix_cache_preempted_hits)
+        prefix_cache_preempted_queries=cache.preempted_queries,
+        prefix_cache_preempted_hits=cache.preempted_hits)
     accounting = (paged_accounting(stats, gpu.block_size, running_seqs, finished),) + baselines
     return StepSnapshot(step, kind, model, backend, device, gpu.block_size, tuple(seqs),
                         _blocks(gpu, gpu_owners, block_cache) if detailed else (),

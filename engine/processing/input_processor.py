@@ -1,35 +1,16 @@
 """Requests in: tokenization and validation, before anything in the engine changes.
 
-A request "fits" when its worst case fits the pool: the prompt's full blocks shared by all its
-sequences, plus each live sequence's own blocks for the rest of its longest possible length.
-That length is ``prompt + max_tokens - 1`` tokens of K/V, not ``prompt + max_tokens``: the
-last sampled token is returned but never fed back, so its K/V is never written (DESIGN §2).
+The checks every engine shares are here; what one engine cannot run (v0's prompt limit, v1's
+refusal of beam search, each engine's pool rule: docs/architecture.md#a-request-fits) is asked
+of its ``EngineSemantics.check_request``.
 """
 from __future__ import annotations
 
 from engine.config import EngineConfig
 from engine.models.spec import ModelSpec
 from engine.sampling_params import SamplingParams
-
-
-def kv_tokens_at_most(prompt_len: int, max_tokens: int) -> int:
-    """Most tokens one sequence of this request ever holds in the KV cache."""
-    return prompt_len + max_tokens - 1
-
-
-def blocks_needed_worst_case(prompt_len: int, params: SamplingParams, block_size: int) -> int:
-    """Blocks one request can hold at its longest: the prompt's full blocks shared, every live
-    sequence owning the rest of its blocks."""
-    shared = prompt_len // block_size
-    per_seq = -(-kv_tokens_at_most(prompt_len, params.max_tokens) // block_size) - shared
-    return shared + params.width * per_seq
-
-
-BEAM_SEARCH_IN_V1 = (
-    "beam search is not part of vLLM v1's engine core: vLLM moved it out of the scheduler into "
-    "its entry point (LLM.beam_search), which submits one single-token request per beam at every "
-    "step and lets the prefix cache share the beams' blocks. This lab's v1 engine refuses it; "
-    "choose semantics='v0' to see beam search's forks and copy-on-write in the engine.")
+from engine.sched.interface import EngineSemantics
+from engine.sched.registry import semantics_of
 
 
 def resolve_max_model_len(requested: int | None, model_context: int) -> int:
@@ -73,8 +54,10 @@ def unpack_prompt(prompt, cache_salt: str | None = None) -> tuple:
 
 
 class InputProcessor:
-    def __init__(self, spec: ModelSpec, tokenizer, config: EngineConfig):
+    def __init__(self, spec: ModelSpec, tokenizer, config: EngineConfig,
+                 semantics: EngineSemantics | None = None):
         self.spec = spec
+        self.semantics = semantics or semantics_of(config.semantics)
         self.tokenizer = tokenizer
         self.config = config
         self.max_model_len = resolve_max_model_len(config.max_model_len, spec.max_model_len)
@@ -127,12 +110,7 @@ class InputProcessor:
         if len(ids) + params.max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
                              f"{self._limit()}")
-        budget = self.config.max_num_batched_tokens
-        if self.config.semantics == "v0" and len(ids) > budget:
-            # v0 prefills a prompt in one step (no chunking), so vLLM v0's prompt limit is
-            # min(max_model_len, max_num_batched_tokens) (Scheduler._get_prompt_limit)
-            raise ValueError(f"the prompt has {len(ids)} tokens but v0 prefills a prompt in one "
-                             f"step of at most max_num_batched_tokens ({budget}) tokens")
+        self.semantics.check_prompt(self.config, len(ids))
         if params.beam_width > 1 and 2 * params.beam_width > self.spec.vocab_size:
             raise ValueError(f"beam_width {params.beam_width} is too large for a vocabulary of "
                              f"{self.spec.vocab_size}")
@@ -142,29 +120,5 @@ class InputProcessor:
         if outside:
             raise ValueError(f"stop_token_ids must be token ids in [0, {self.spec.vocab_size}); "
                              f"got {outside[:5]}")
-        cfg = self.config
-        if cfg.semantics == "v1":
-            if params.use_beam_search:
-                raise ValueError(BEAM_SEARCH_IN_V1)
-            # each of the n child requests must fit alone (the others can be preempted), in
-            # every block but the null block
-            need = -(-kv_tokens_at_most(len(ids), params.max_tokens) // cfg.block_size)
-            usable, width = cfg.num_gpu_blocks - 1, ""
-            pool = f"{usable} usable blocks (block 0 is v1's null block)"
-        else:
-            need = blocks_needed_worst_case(len(ids), params, cfg.block_size)
-            usable = cfg.num_gpu_blocks
-            width = f" x {params.width} sequences" if params.width > 1 else ""
-            pool = f"only {usable}"
-        if need > usable:
-            raise ValueError(
-                f"this request can need {need} KV blocks ({len(ids)} prompt + {params.max_tokens} "
-                f"new tokens{width}, block_size {cfg.block_size}) but the pool has {pool}: it "
-                "could never run. Raise num_gpu_blocks or lower max_tokens / n / beam_width.")
-        # v0 schedules a group's sequences together, so a wider group would wait forever; v1's
-        # n child requests are scheduled one by one (vllm/v1/engine/parallel_sampling.py), so
-        # there the extra children simply queue
-        if cfg.semantics == "v0" and params.width > cfg.max_num_seqs:
-            raise ValueError(f"n/beam_width {params.width} exceeds max_num_seqs "
-                             f"{cfg.max_num_seqs}")
+        self.semantics.check_request(self.config, len(ids), params)
         return ids, params

@@ -55,12 +55,12 @@ def cut_at_stop(text: str, hit: tuple[int, str], include: bool) -> str:
 class OutputProcessor:
     def __init__(self, bm: BlockManager, eos_token_ids: tuple[int, ...], tokenizer,
                  emit: Callable[[ev.Event], None], new_seq_id: Callable[[], int],
-                 semantics: str = "v0"):
+                 stop_strings_after_min_tokens: bool = False):
         self.bm = bm
         # a stop string may end a sequence from output token min_tokens on in v0 (StopChecker:
         # "output_len < min_tokens: no check"), but only after it in v1 (its detokenizer checks
         # stop strings once len(output) > min_tokens, in the text after the min_tokens-th token)
-        self.stop_strings_later = semantics == "v1"
+        self.stop_strings_later = stop_strings_after_min_tokens
         self.eos = frozenset(eos_token_ids)
         # vLLM stops at the tokenizer's EOS with no stop_reason; any other EOS id the model
         # lists joins the request's stop_token_ids (SamplingParams.update_from_generation_config),

@@ -8,27 +8,17 @@ the CPU pool, moved back before any new request is admitted).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from engine import events as ev
 from engine.core.block_manager import BlockManager
-from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.sequence import SequenceGroup, SeqStatus
+from engine.core.worst_case import blocks_needed_worst_case, pool_too_small
+from engine.sched.interface import EngineSemantics, ScheduledBatch
 
-
-@dataclass
-class ScheduledBatch:
-    kind: str                                   # "prefill", "decode" or "idle"
-    groups: list[SequenceGroup] = field(default_factory=list)
-    seqs: list[Sequence] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)        # prefill: first token to compute
-    # v1: each sequence computes tokens [starts[i], ends[i]) (a chunk or one decode token);
-    # empty in v0, where a prefill runs to the end and a decode computes the newest token
-    ends: list[int] = field(default_factory=list)
-    slot_mapping: list[int] = field(default_factory=list)  # flat slot of every computed token
-    copies: list[tuple[int, int]] = field(default_factory=list)     # CoW src -> dst
-    swap_in: list[tuple[int, int]] = field(default_factory=list)    # cpu -> gpu
-    swap_out: list[tuple[int, int]] = field(default_factory=list)   # gpu -> cpu
+if TYPE_CHECKING:
+    from engine.config import EngineConfig
+    from engine.sampling_params import SamplingParams
 
 
 def fanout(g: SequenceGroup) -> int:
@@ -52,7 +42,7 @@ def first_decode_blocks(g: SequenceGroup, block_size: int) -> int:
     return sum(1 for s in g.seqs if s.num_tokens % block_size == 0)
 
 
-class Scheduler:
+class SchedulerV0:
     def __init__(self, bm: BlockManager, preemption_mode: str, max_num_seqs: int,
                  max_num_batched_tokens: int, emit: Callable[[ev.Event], None]):
         self.bm = bm
@@ -75,6 +65,9 @@ class Scheduler:
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
+
+    def queues(self) -> dict[str, list[SequenceGroup]]:
+        return {"waiting": self.waiting, "running": self.running, "swapped": self.swapped}
 
     def remove(self, group: SequenceGroup) -> None:
         for q in (self.waiting, self.running, self.swapped):
@@ -125,7 +118,7 @@ class Scheduler:
         their first decode will need (a new block at a boundary, or the copy-on-write copies of
         a group that fans out), and the next decode of everything already running -- so a
         group admitted now is not preempted at the very next step."""
-        batch = ScheduledBatch("prefill")
+        batch = ScheduledBatch("prefill", is_prefill=True)
         tokens = 0
         reserved = sum(self.bm.blocks_needed_for_append(r.seqs) for r in self.running)
         while self.waiting:
@@ -152,6 +145,7 @@ class Scheduler:
                 bs = self.bm.block_size
                 batch.seqs.append(s)
                 batch.starts.append(start)
+                batch.ends.append(s.num_tokens)          # a prefill runs to the prompt's end
                 batch.slot_mapping += [s.block_table[p // bs] * bs + p % bs
                                        for p in range(start, s.num_tokens)]
                 self.emit(ev.Prefill(s.seq_id, start, s.num_tokens))
@@ -178,6 +172,8 @@ class Scheduler:
             for s in g.seqs:
                 batch.slot_mapping.append(self.bm.append_slot(s))
                 batch.seqs.append(s)
+                batch.starts.append(s.num_computed)      # the newest token, fed back
+                batch.ends.append(s.num_computed + 1)
             batch.groups.append(g)
             kept.append(g)
         self.running = kept
@@ -205,3 +201,49 @@ class Scheduler:
             self.bm.free(s)
             s.status = SeqStatus.WAITING
         self._insert(self.waiting, g)
+
+
+class V0Semantics(EngineSemantics):
+    """vLLM v0: separate prefill and decode steps, fork + copy-on-write, swap or recompute."""
+    name = "v0"
+    label = "vLLM v0"
+    prefix_caching_default = False
+    fixed_settings = {}
+    has_swap = True
+    has_beam_search = True
+    chunks_prefills = False
+    stop_strings_after_min_tokens = False
+    reset_running_refusal = (
+        "reset_running_requests=True is vLLM v1's (its scheduler preempts the running "
+        "requests); this engine follows vLLM v0, whose reset_prefix_cache only resets when no "
+        "block is in use")
+
+    def build(self, config: EngineConfig, emit):
+        bm = BlockManager(config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,
+                          config.prefix_caching, emit)
+        return bm, SchedulerV0(bm, config.preemption_mode, config.max_num_seqs,
+                               config.max_num_batched_tokens, emit)
+
+    def check_prompt(self, config: EngineConfig, num_prompt_tokens: int) -> None:
+        budget = config.max_num_batched_tokens
+        if num_prompt_tokens > budget:
+            # v0 prefills a prompt in one step (no chunking), so vLLM v0's prompt limit is
+            # min(max_model_len, max_num_batched_tokens) (Scheduler._get_prompt_limit)
+            raise ValueError(f"the prompt has {num_prompt_tokens} tokens but v0 prefills a "
+                             f"prompt in one step of at most max_num_batched_tokens ({budget}) "
+                             f"tokens")
+
+    def check_request(self, config: EngineConfig, num_prompt_tokens: int,
+                      params: SamplingParams) -> None:
+        need = blocks_needed_worst_case(num_prompt_tokens, params.max_tokens, params.width,
+                                        config.block_size)
+        if need > config.num_gpu_blocks:
+            width = f" x {params.width} sequences" if params.width > 1 else ""
+            raise ValueError(pool_too_small(need, num_prompt_tokens, params.max_tokens,
+                                            config.block_size, width,
+                                            f"only {config.num_gpu_blocks}"))
+        # v0 schedules a group's sequences together, so a wider group would wait forever
+        if params.width > config.max_num_seqs:
+            raise ValueError(f"n/beam_width {params.width} exceeds max_num_seqs "
+                             f"{config.max_num_seqs}")
+

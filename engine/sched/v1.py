@@ -17,12 +17,18 @@ Follows vLLM's ``vllm/v1/core/sched/scheduler.py`` (FCFS policy; facts, not code
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from engine import events as ev
-from engine.core.kv_cache_manager import KVCacheManagerV1
-from engine.sched.v0 import ScheduledBatch
+from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.worst_case import kv_tokens_at_most, pool_too_small
+from engine.processing.parallel_sampling import child_request_ids
+from engine.sched.interface import EngineSemantics, ScheduledBatch
+
+if TYPE_CHECKING:
+    from engine.config import EngineConfig
+    from engine.sampling_params import SamplingParams
 
 PREEMPT_RULE = ("vLLM v1 preempts the most recently admitted running request by recompute: "
                 "its blocks are freed, its computed tokens reset to 0, and it goes to the front "
@@ -33,7 +39,7 @@ RESET_RULE = ("reset_prefix_cache(reset_running_requests=True) preempts every ru
 
 
 class SchedulerV1:
-    def __init__(self, kv: KVCacheManagerV1, max_num_seqs: int, max_num_batched_tokens: int,
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
                  long_prefill_token_threshold: int, emit: Callable[[ev.Event], None]):
         self.bm = kv
         self.max_num_seqs = max_num_seqs
@@ -42,7 +48,6 @@ class SchedulerV1:
         self.emit = emit
         self.waiting: list[SequenceGroup] = []     # arrival order; preempted ones in front
         self.running: list[SequenceGroup] = []     # admission order: the tail is the victim
-        self.swapped: list[SequenceGroup] = []     # always empty: v1 has no swap
         self.num_preemptions = 0
 
     def add(self, group: SequenceGroup) -> None:
@@ -51,6 +56,9 @@ class SchedulerV1:
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def queues(self) -> dict[str, list[SequenceGroup]]:
+        return {"waiting": self.waiting, "running": self.running}        # no swap in v1
 
     def remove(self, group: SequenceGroup) -> None:
         for q in (self.waiting, self.running):
@@ -109,6 +117,7 @@ class SchedulerV1:
         kinds = {"decode" if e - s == 1 and s >= q.prompt_len else "prefill"
                  for q, s, e in zip(batch.seqs, batch.starts, batch.ends)}
         batch.kind = "idle" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
+        batch.is_prefill = any(e - s > 1 for s, e in zip(batch.starts, batch.ends))
         return batch
 
     def _add(self, batch: ScheduledBatch, g: SequenceGroup, seq: Sequence, num_new: int) -> None:
@@ -141,3 +150,54 @@ class SchedulerV1:
         self.waiting.insert(0, g)
         self.num_preemptions += 1
         seq.num_preemptions += 1
+
+
+BEAM_SEARCH_IN_V1 = (
+    "beam search is not part of vLLM v1's engine core: vLLM moved it out of the scheduler into "
+    "its entry point (LLM.beam_search), which submits one single-token request per beam at every "
+    "step and lets the prefix cache share the beams' blocks. This lab's v1 engine refuses it; "
+    "choose semantics='v0' to see beam search's forks and copy-on-write in the engine.")
+
+
+class V1Semantics(EngineSemantics):
+    """vLLM v1: one token budget per step with chunked prefill, n > 1 as child requests sharing
+    through the prefix cache, recompute-only preemption, a null block."""
+    name = "v1"
+    label = "vLLM v1"
+    prefix_caching_default = True
+    fixed_settings = {"enable_prefix_caching": True, "preemption_mode": "recompute"}
+    has_swap = False
+    has_beam_search = False
+    chunks_prefills = True
+    stop_strings_after_min_tokens = True
+    reset_running_refusal = None
+
+    def build(self, config: EngineConfig, emit):
+        kv = KVCacheManager(config.num_gpu_blocks, config.block_size, config.prefix_caching,
+                            emit)
+        return kv, SchedulerV1(kv, config.max_num_seqs, config.max_num_batched_tokens,
+                               config.long_prefill_token_threshold, emit)
+
+    def config_problems(self, config: EngineConfig) -> list[str]:
+        if config.preemption_mode == "swap":
+            return ["preemption_mode='swap' is not available with semantics='v1': vLLM v1 "
+                    "has no swap space and preempts by recompute only"]
+        return []
+
+    def check_request(self, config: EngineConfig, num_prompt_tokens: int,
+                      params: SamplingParams) -> None:
+        if params.use_beam_search:
+            raise ValueError(BEAM_SEARCH_IN_V1)
+        # each of the n child requests must fit alone (the others can be preempted), in every
+        # block but the null block; the extra children simply queue
+        # (vllm/v1/engine/parallel_sampling.py), so n may exceed max_num_seqs
+        need = -(-kv_tokens_at_most(num_prompt_tokens, params.max_tokens) // config.block_size)
+        usable = config.num_gpu_blocks - 1
+        if need > usable:
+            raise ValueError(pool_too_small(need, num_prompt_tokens, params.max_tokens,
+                                            config.block_size, "",
+                                            f"{usable} usable blocks (block 0 is v1's null "
+                                            f"block)"))
+
+    def child_request_ids(self, request_id: str, params: SamplingParams) -> list[str]:
+        return child_request_ids(request_id, params.n)

@@ -5,7 +5,7 @@ import json
 from array import array
 
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
-from engine.core.block_manager import hash_block
+from engine.core.hashing import hash_block
 from tests.engine.helpers import run_all
 
 

@@ -3,8 +3,8 @@ the AssertionError names the invariant."""
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine import invariants as inv
-from engine.core.block_manager import hash_block
+from engine.core import invariants as inv
+from engine.core.hashing import hash_block
 from engine.core.sequence import SeqStatus
 
 PARAMS = SamplingParams(max_tokens=24, ignore_eos=True)

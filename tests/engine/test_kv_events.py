@@ -617,10 +617,10 @@ def test_two_requests_in_one_step_send_their_events_request_by_request():
     """vLLM's allocate_slots evicts a request's new blocks, then caches its full blocks, one
     request after the other: R(A) S(A) R(B) S(B). An eviction for the next request must not be
     moved ahead of the previous request's BlockStored."""
-    from engine.core.kv_cache_manager import KVCacheManagerV1
+    from engine.core.kv_cache_manager import KVCacheManager
     from engine.core.sequence import Sequence
     events: list = []
-    kv = KVCacheManagerV1(5, BS, True, events.append)      # 4 usable blocks (block 0 is null)
+    kv = KVCacheManager(5, BS, True, events.append)      # 4 usable blocks (block 0 is null)
     for i, toks in enumerate([range(100, 108), range(200, 208)]):     # fill the cache, free
         seq = Sequence(i, str(i), list(toks), len(toks))
         kv.allocate_slots(seq, 8)

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.core.block_manager import hash_block
-from engine.core.kv_cache_manager import KVCacheManagerV1
+from engine.core.hashing import hash_block
+from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import Sequence
 from tests.engine.helpers import hf_greedy, kinds, run_all
 
@@ -167,7 +167,7 @@ def test_eviction_order_matches_vllm_test_evict():
     """As vLLM's current test_prefix_caching.py::test_evict: 11 blocks of 16 (block 0 null).
     A freed block without a hash (r0's partial block 6) goes to the front, to be reused first;
     cached ones to the back, each request's last block first (BlockPool.free_blocks)."""
-    kv = KVCacheManagerV1(11, 16, True, lambda e: None)
+    kv = KVCacheManager(11, 16, True, lambda e: None)
     r0 = _seq(0, list(range(5 * 16 + 7)))                  # 5 full blocks + 7 tokens
     assert kv.get_computed_blocks(r0) == []
     assert kv.allocate_slots(r0, 5 * 16 + 7)
@@ -192,7 +192,7 @@ def test_freed_blocks_without_a_hash_are_reused_first():
     three cached blocks and end in a partial block each; once both are freed the two partial
     blocks (5 then 4, the last freed first) lead the free queue, the cached ones close it
     (each request's last block first), and a new request reuses block 5 before any fresh one."""
-    kv = KVCacheManagerV1(11, 16, True, lambda e: None)
+    kv = KVCacheManager(11, 16, True, lambda e: None)
     common = [i for i in range(3) for _ in range(16)]
     r0 = _seq(0, common + [3] * 7)
     assert kv.allocate_slots(r0, 55) and r0.block_table == [1, 2, 3, 4]
@@ -215,7 +215,7 @@ def test_without_prefix_caching_the_last_freed_block_is_reused_first():
     """No block has a hash, so every freed block goes to the front (vLLM PR #51482 restored
     this after #48017 had appended them): a new request gets the freed request's blocks back,
     its last block first."""
-    kv = KVCacheManagerV1(11, 4, False, lambda e: None)
+    kv = KVCacheManager(11, 4, False, lambda e: None)
     r0 = _seq(0, list(range(10)))
     assert kv.allocate_slots(r0, 10) and r0.block_table == [1, 2, 3]
     kv.free(r0)
@@ -226,7 +226,7 @@ def test_without_prefix_caching_the_last_freed_block_is_reused_first():
 
 def test_a_cached_block_is_evicted_only_when_reallocated():
     seen = []
-    kv = KVCacheManagerV1(4, 4, True, seen.append)
+    kv = KVCacheManager(4, 4, True, seen.append)
     r0 = _seq(0, [1, 2, 3, 4, 5])
     kv.allocate_slots(r0, 5)
     kv.free(r0)
@@ -237,7 +237,7 @@ def test_a_cached_block_is_evicted_only_when_reallocated():
 
 
 def test_a_prefix_hit_never_covers_the_last_prompt_token():
-    kv = KVCacheManagerV1(16, 4, True, lambda e: None)
+    kv = KVCacheManager(16, 4, True, lambda e: None)
     r0 = _seq(0, list(range(8)))                          # exactly two full blocks
     kv.allocate_slots(r0, 8)
     same = _seq(1, list(range(8)))
@@ -247,7 +247,7 @@ def test_a_prefix_hit_never_covers_the_last_prompt_token():
 
 
 def test_different_cache_salts_never_share_a_block():
-    kv = KVCacheManagerV1(32, 4, True, lambda e: None)
+    kv = KVCacheManager(32, 4, True, lambda e: None)
     a = _seq(0, list(range(12)), salt="alice")
     kv.allocate_slots(a, 12)
     assert kv.get_computed_blocks(_seq(1, list(range(13)), salt="bob")) == []

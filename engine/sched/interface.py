@@ -1,0 +1,97 @@
+"""What the engine needs from a scheduler, and the rules that tell vLLM v0 from v1.
+
+The engine's step loop (``engine/llm_engine.py``) talks to a ``Scheduler`` and reads an
+``EngineSemantics``; it never asks which engine it runs. Each engine (``v0.py``, ``v1.py``)
+provides both, and ``registry.py`` maps ``EngineConfig.semantics`` to them, as vLLM picks its
+scheduler class. To add a scheduler: implement both here-described interfaces in a new module
+and add one line to the registry (docs/architecture.md#add-a-scheduler).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping, Protocol
+
+from engine import events as ev
+from engine.core.sequence import Sequence, SequenceGroup
+
+if TYPE_CHECKING:
+    from engine.config import EngineConfig
+    from engine.core.kv_cache_base import KVCacheBase
+    from engine.sampling_params import SamplingParams
+
+
+@dataclass
+class ScheduledBatch:
+    """One step's plan. Sequence i computes tokens [starts[i], ends[i]) (a prompt, a prompt
+    chunk, or one decode token); the model runner stores their K/V at ``slot_mapping``."""
+    kind: str                                   # "prefill", "decode", "mixed" or "idle"
+    groups: list[SequenceGroup] = field(default_factory=list)
+    seqs: list[Sequence] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    slot_mapping: list[int] = field(default_factory=list)  # flat slot of every computed token
+    is_prefill: bool = False                    # the attention path: queries of several tokens
+    copies: list[tuple[int, int]] = field(default_factory=list)     # CoW src -> dst
+    swap_in: list[tuple[int, int]] = field(default_factory=list)    # cpu -> gpu
+    swap_out: list[tuple[int, int]] = field(default_factory=list)   # gpu -> cpu
+
+
+class Scheduler(Protocol):
+    """A continuous-batching scheduler over one cache manager."""
+    waiting: list[SequenceGroup]
+    running: list[SequenceGroup]
+    num_preemptions: int                        # requests preempted so far (vLLM's metric)
+
+    def add(self, group: SequenceGroup) -> None: ...
+    def remove(self, group: SequenceGroup) -> None: ...
+    def has_unfinished(self) -> bool: ...
+    def num_running_seqs(self) -> int: ...
+    def queues(self) -> dict[str, list[SequenceGroup]]:
+        """Every queue a request can be in, by name ("waiting", "running", "swapped")."""
+    def schedule(self) -> ScheduledBatch: ...
+
+
+class EngineSemantics(ABC):
+    """The rules of one vLLM engine generation: how it is built, which requests and settings it
+    takes, and the few places where its behaviour differs (each named here, not tested by
+    comparing names)."""
+    name: ClassVar[str]                  # EngineConfig.semantics
+    label: ClassVar[str]                 # how pages name it
+    prefix_caching_default: ClassVar[bool]
+    # settings this engine always has, whatever else is chosen (a page applies them)
+    fixed_settings: ClassVar[Mapping[str, object]]
+    has_swap: ClassVar[bool]
+    has_beam_search: ClassVar[bool]
+    # the step's token budget (max_num_batched_tokens) is a chunked-prefill budget worth
+    # choosing; without chunking it only limits a prompt's length
+    chunks_prefills: ClassVar[bool]
+    # stop strings count only once the output is longer than min_tokens (v1's detokenizer),
+    # instead of from min_tokens on (v0's StopChecker)
+    stop_strings_after_min_tokens: ClassVar[bool]
+    # why reset_prefix_cache(reset_running_requests=True) is refused (None: it is offered)
+    reset_running_refusal: ClassVar[str | None]
+
+    @abstractmethod
+    def build(self, config: EngineConfig, emit: Callable[[ev.Event], None]
+              ) -> tuple[KVCacheBase, Scheduler]:
+        """The cache manager and the scheduler over it."""
+
+    def config_problems(self, config: EngineConfig) -> list[str]:
+        """What in ``config`` this engine cannot run (EngineConfig collects them)."""
+        return []
+
+    def check_prompt(self, config: EngineConfig, num_prompt_tokens: int) -> None:
+        """Raise ValueError if this engine could never take a prompt this long (checked before
+        the sampling settings)."""
+
+    @abstractmethod
+    def check_request(self, config: EngineConfig, num_prompt_tokens: int,
+                      params: SamplingParams) -> None:
+        """Raise ValueError if this engine could never run the request (its pool rule, and
+        what it does not offer)."""
+
+    def child_request_ids(self, request_id: str, params: SamplingParams) -> list[str]:
+        """The requests a request runs as, when it is split (v1's parallel sampling); [] when
+        it runs as itself."""
+        return []
