@@ -42,7 +42,8 @@ import functools
 import math
 import os
 import re
-from pathlib import Path
+
+from engine.models.memory_plan import memory_plan
 
 DEFAULT_MODEL = "default"
 ANY_MODEL = "*"
@@ -154,50 +155,20 @@ def _mib(n: float) -> str:
     return f"{v:,.0f}" if v >= 10 else f"{v:.2g}"
 
 
-def kv_cache_bytes(spec, dtype_bytes: int, block_size: int, num_blocks: int) -> int:
-    """K and V of every layer for ``num_blocks`` blocks: what the engine's KV tensors take."""
-    return (2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * dtype_bytes
-            * block_size * num_blocks)
-
-
-@functools.lru_cache(maxsize=16)
-def _model_facts(path: str, stamp: tuple) -> tuple:
-    """(spec, checkpoint bytes) from config.json and the weights' headers; cached per file
-    version (``stamp``) since every Apply of every session asks again."""
-    from engine.models import loader
-    return loader.read_spec(Path(path)), loader.checkpoint_bytes(Path(path))
-
-
-def _stamp(path: Path) -> tuple:
-    return tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size)
-                 for f in sorted(path.iterdir()) if f.suffix in (".json", ".safetensors", ".bin"))
-
-
 def check_resources(config) -> None:
     """Refuse (ValueError naming the setting) a checkpoint or a KV cache over this server's
     limits. Call only for an allowed model: it resolves the model's folder and reads its
     config.json and safetensors headers, never its weights, and allocates nothing."""
-    import torch
-
-    from engine.models.runner import DTYPES, resolve_device
-    from engine.models import loader
-
-    path = loader.resolve_model_path(config.model)
-    spec, weights = _model_facts(str(path), _stamp(path))
+    plan = memory_plan(config)
+    weights, need, blocks = plan.checkpoint_bytes, plan.kv_cache_bytes, plan.num_blocks
     limit = max_checkpoint_bytes()
     if weights > limit:
         raise ValueError(f"model {config.model!r} has {_mib(weights)} MiB of weights: this "
                          f"server loads checkpoints up to {_mib(limit)} MiB "
                          "(PAGED_LAB_MAX_CHECKPOINT_MB)")
-    device = resolve_device(config.device)
-    dtype = DTYPES[config.dtype if config.dtype != "auto" else
-                   ("bfloat16" if device.startswith("cuda") else "float32")]
-    dtype_bytes = torch.empty((), dtype=dtype).element_size()
-    blocks = config.num_gpu_blocks + config.num_cpu_blocks
-    need = kv_cache_bytes(spec, dtype_bytes, config.block_size, blocks)
     limit = max_kv_bytes()
     if need > limit:
-        per_slot = kv_cache_bytes(spec, dtype_bytes, 1, 1)
+        per_slot = plan.bytes_per_token_slot
         raise ValueError(f"this KV cache would take {need / MiB:,.1f} MiB (block size "
                          f"{config.block_size} x {blocks} blocks x {per_slot:,} bytes per token "
                          f"slot): a session may allocate at most {_mib(limit)} MiB "

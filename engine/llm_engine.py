@@ -85,7 +85,7 @@ class Engine:
         # publishers watch every step, also during generate(): a KV event stream has no gaps
         self.publishers = []
         if config.kv_events_endpoint is not None:
-            from engine.kv_events import KVEventPublisher
+            from engine.kv_events.publisher import KVEventPublisher
             self.publishers.append(KVEventPublisher.from_config(config))
 
     @classmethod

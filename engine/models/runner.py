@@ -12,23 +12,8 @@ from engine.models.attention_metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.models.loader import LoadedModel, load_model
 from engine.sched.v0 import ScheduledBatch
+from engine.models.device import resolve_device, resolve_dtype
 from kernels import get_ops, resolve_backend
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def resolve_device(device: str) -> str:
-    """'auto' -> cuda if available else cpu; a CUDA device that is not here -> ValueError."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError("device='cuda' was requested but CUDA is not available")
-        index = int(device.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
-    return device
-
 
 class ModelRunner:
     def __init__(self, loaded: LoadedModel, num_gpu_blocks: int, num_cpu_blocks: int,
@@ -53,8 +38,7 @@ class ModelRunner:
         (auto: Triton on CUDA, guarded by the per-op fallback), weights (loaded once per
         process), and the KV pools."""
         device = resolve_device(config.device)
-        dtype = DTYPES[config.dtype if config.dtype != "auto" else
-                       ("bfloat16" if device.startswith("cuda") else "float32")]
+        dtype = resolve_dtype(config.dtype, device)
         backend = resolve_backend(config.backend, device)
         loaded = load_model(config.model, device, dtype)
         return cls(loaded, config.num_gpu_blocks, config.num_cpu_blocks, config.block_size,

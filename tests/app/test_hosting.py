@@ -12,7 +12,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from engine import model_runner
+from engine.models import runner as model_runner
+from engine.models.memory_plan import kv_cache_bytes
 from engine import Engine, EngineConfig
 from engine.models import loader
 
@@ -215,7 +216,7 @@ def test_block_1024_with_a_1024_block_pool_is_refused_by_the_kv_limit(model, mon
     spec = engine.spec
     per_slot = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 4    # K+V, fp32 on CPU
     assert f"{per_slot:,} bytes per token slot" in lab.error
-    assert hosting.kv_cache_bytes(spec, 4, 1024, 1024) == per_slot * 1024 * 1024
+    assert kv_cache_bytes(spec, 4, 1024, 1024) == per_slot * 1024 * 1024
 
 
 @needs_model
@@ -223,7 +224,7 @@ def test_the_kv_bytes_checked_are_the_bytes_the_engine_allocates(model):
     s = preset("mixed", model).replace(preemption_mode="swap", num_cpu_blocks=8)
     runner = build_engine(s).runner
     allocated = runner.kv_cache.nbytes + runner.cpu_kv_cache.nbytes
-    assert allocated == hosting.kv_cache_bytes(runner.spec, runner.kv_cache.element_size(),
+    assert allocated == kv_cache_bytes(runner.spec, runner.kv_cache.element_size(),
                                                s.block_size, s.num_gpu_blocks + s.num_cpu_blocks)
 
 

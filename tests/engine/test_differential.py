@@ -68,7 +68,7 @@ def make_params(kind: str, max_tokens: int, ignore_eos: bool, seed: int) -> Samp
 
 
 def worst_case_blocks(prompt_len: int, params: SamplingParams, block_size: int) -> int:
-    """DESIGN §2's rule (Engine.blocks_needed_worst_case): the last sampled token's K/V is never
+    """The worst-case rule (docs/architecture.md#a-request-fits, Engine.blocks_needed_worst_case): the last sampled token's K/V is never
     written, so a sequence holds at most ceil((prompt + max_tokens - 1) / block_size) blocks."""
     shared = prompt_len // block_size
     per_seq = -(-(prompt_len + params.max_tokens - 1) // block_size) - shared
