@@ -1,4 +1,6 @@
-"""Shared fixtures: tiny random-weight checkpoints built from configs (no downloads)."""
+"""Shared fixtures: tiny random-weight checkpoints built from configs (no downloads); and the
+``soak`` marker's rule: soak tests are deselected unless the ``-m`` expression names ``soak``
+(``python -m pytest -m soak tests/soak``), so a plain ``python -m pytest`` (CI) leaves them out."""
 from __future__ import annotations
 
 import os
@@ -8,6 +10,15 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    if "soak" in (config.getoption("markexpr") or ""):
+        return                                   # -m names soak: its expression decides
+    soak = [item for item in items if item.get_closest_marker("soak") is not None]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if item.get_closest_marker("soak") is None]
 
 
 def build_tiny(path, arch: str, **overrides):

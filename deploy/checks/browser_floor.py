@@ -1,5 +1,5 @@
 """What one browser session costs Chromium, for the lab and for the smallest pages on the same
-stack (outside CI): a floor for reading bench/load.py, whose browsers share the server's cores.
+stack (outside CI): a floor for reading deploy/checks/load.py, whose browsers share the server's cores.
 
 Pages, each served by its own `streamlit run` on 127.0.0.1 with the repository's
 .streamlit/config.toml:
@@ -15,7 +15,7 @@ page's server CPU leaves out the first one, which loads the model), medians over
 and clicks, plus the least time N fresh pages need on this machine: N x (first page CPU) /
 cores.
 
-Usage: python bench/browser_floor.py [--pages 3] [--clicks 15] [--sessions 30]
+Usage: python deploy/checks/browser_floor.py [--pages 3] [--clicks 15] [--sessions 30]
 """
 from __future__ import annotations
 
@@ -29,11 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):          # python bench/X.py: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):          # python deploy/checks/X.py: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import ROOT, write_results  # noqa: E402
-from bench.load import SHOWN_JS, BrowserCpu, cpu_seconds, fresh_page  # noqa: E402
+from deploy.checks.browser import (BrowserCpu, click_step, fresh_page, launch,  # noqa: E402
+                                   wait_shown)
+from deploy.checks.common import ROOT, cpu_seconds, write_results  # noqa: E402
 
 BARE = '''
 import streamlit as st
@@ -92,10 +93,8 @@ PAGES = {"bare": BARE.replace("CHART", "pass"), "one chart": BARE.replace("CHART
 
 async def measure(url: str, server_pid: int, pool: bool, pages: int, clicks: int) -> dict:
     from playwright.async_api import async_playwright
-    from app.screenshots import CHROMIUM, CHROMIUM_ARGS
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                          args=CHROMIUM_ARGS, ignore_default_args=["--headless=new"])
+        browser = await launch(p)
         cpu = BrowserCpu()
         cpu.start()
         first, ctx = [], None
@@ -107,18 +106,15 @@ async def measure(url: str, server_pid: int, pool: bool, pages: int, clicks: int
             cpu.mark()
             s0, t0 = cpu_seconds(server_pid), time.perf_counter()
             await page.goto(url, timeout=120_000)
-            await page.evaluate(SHOWN_JS, [0, 120_000, pool])
+            await wait_shown(page, 0, 120_000, pool)
             wall = time.perf_counter() - t0
             await asyncio.sleep(1.0)          # work the page still does once it shows
             first.append((cpu.seconds(), wall, cpu_seconds(server_pid) - s0))
-        button = page.locator(".st-key-step_btn button").first
         per_click = []
         for i in range(clicks):
-            box = await button.bounding_box()
             cpu.mark()
             s0 = cpu_seconds(server_pid)
-            await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-            await page.evaluate(SHOWN_JS, [i + 1, 60_000, pool])
+            await click_step(page, i + 1, 60_000, pool)
             await asyncio.sleep(0.4)          # the update's tail (paint), then the next click
             per_click.append((cpu.seconds(), cpu_seconds(server_pid) - s0))
         cpu.stop.set()

@@ -15,115 +15,25 @@ model's weights are loaded); "before" after one more session has stepped every p
 end, so what the server does once per process is not counted as the sessions' growth
 (``--cold``: skip that, "before" = "cold").
 
-Usage: python bench/load.py [--sessions 1 5 15 30] [--steps 50] [--settle 30] [--expired 150]
+Usage: python deploy/checks/load.py [--sessions 1 5 15 30] [--steps 50] [--settle 30] [--expired 150]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
-import statistics
-import threading
+import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):          # python bench/X.py: make the repo importable
-    import sys as _sys
-    from pathlib import Path as _Path
-    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):          # python deploy/checks/X.py: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import write_results  # noqa: E402
-
-TICKS = 100          # os.sysconf("SC_CLK_TCK") on Linux
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS          # utime + stime
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-class RssPeak(threading.Thread):
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.pid, self.peak, self.stop = pid, rss_mib(pid), threading.Event()
-
-    def run(self):
-        while not self.stop.wait(0.25):
-            self.peak = max(self.peak, rss_mib(self.pid))
-
-
-def pct(values, q):
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-# Resolves once the page shows step n: the marker under the view and the pool figure's title
-# (Plotly has drawn it). One MutationObserver in the page instead of Playwright's polling of
-# text locators, which scans the whole DOM many times per click: in a one-session profile
-# that polling cost Chromium ~0.17 s of CPU per click, as much as the page's own update.
-# The page keeps the promise (window.__shownWaits) until it settles: V8's inspector tracks an
-# awaited promise through a weak handle (explained in spaceagetv/electron-playwright-helpers#110),
-# and one collected meanwhile failed a 15-session run's wait with "Resulting promise was garbage
-# collected": an error of the bench, not of the app.
-SHOWN_JS = """([n, timeoutMs, pool = true]) => {
- const waits = window.__shownWaits = window.__shownWaits || new Set();
- const wait = new Promise((resolve, reject) => {
-  const marker = 'rendered step ' + n, title = 'Physical block pool — step ' + n;
-  const shown = () =>
-    [...document.querySelectorAll('[data-testid="stCaptionContainer"]')].some(e => e.textContent === marker) &&
-    (!pool || [...document.querySelectorAll('.gtitle')].some(e => e.textContent.startsWith(title) &&
-                                                             !/[0-9]/.test(e.textContent[title.length] || '')));
-  if (shown()) return resolve(true);
-  const timer = setTimeout(() => { mo.disconnect(); reject(new Error(marker + ' not shown')); }, timeoutMs);
-  const mo = new MutationObserver(() => { if (shown()) { clearTimeout(timer); mo.disconnect(); resolve(true); } });
-  mo.observe(document.body, {subtree: true, childList: true, characterData: true});
- });
- waits.add(wait);
- wait.then(() => waits.delete(wait), () => waits.delete(wait));
- return wait;
-}"""
-SETUP_TIMEOUT_MS = 300_000      # a starved browser is slow, not broken: only a real hang errs
-CLICK_TIMEOUT_MS = 120_000
-
-
-async def fresh_page(browser):
-    """A new student: a fresh browser context (nothing cached) and its page, 1280x720."""
-    ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
-    page = await ctx.new_page()
-    page.set_default_timeout(SETUP_TIMEOUT_MS)
-    return ctx, page
-
-
-async def choose_preset(page, label: str) -> None:
-    """Pick ``label`` in the sidebar's scenario box and wait until its step 0 is drawn."""
-    await page.locator('section[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
-    await page.get_by_role("option", name=label).click()
-    await page.get_by_role("heading", name=label).wait_for()
-    await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
-
-
-async def click_steps(page, steps: int, rec: dict) -> None:
-    """Click Step up to ``steps`` times (until the preset finishes), each click waiting until
-    the page shows the next step; latencies and the count go into ``rec``."""
-    button = page.locator(".st-key-step_btn button").first
-    for i in range(steps):
-        if await button.is_disabled():
-            break                                  # the preset's requests finished
-        box = await button.bounding_box()
-        t = time.perf_counter()
-        await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        await page.evaluate(SHOWN_JS, [i + 1, CLICK_TIMEOUT_MS])
-        rec["latencies"].append(time.perf_counter() - t)
-        rec["steps"] += 1
+from deploy.checks.browser import (SETUP_TIMEOUT_MS, BrowserCpu, choose_preset,  # noqa: E402
+                                   click_steps, exceptions_on, fresh_page, launch, shown_step,
+                                   shows_heading, wait_shown, warm_up_page)
+from deploy.checks.common import (RssPeak, cpu_seconds, machine_busy_seconds, pct,  # noqa: E402
+                                  rss_mib, write_results)
 
 
 async def warm_up(browser, url, labels, steps) -> None:
@@ -133,7 +43,7 @@ async def warm_up(browser, url, labels, steps) -> None:
     ctx, page = await fresh_page(browser)
     try:
         await page.goto(url)
-        await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
+        await wait_shown(page, 0, SETUP_TIMEOUT_MS)
         for label in labels:
             await choose_preset(page, label)
             await click_steps(page, steps, {"latencies": [], "steps": 0})
@@ -149,10 +59,9 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     ctx = None
     try:
         ctx, page = await fresh_page(browser)
-        exceptions = page.locator('[data-testid="stException"]')
         t0 = time.perf_counter()
         await page.goto(url)
-        await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
+        await wait_shown(page, 0, SETUP_TIMEOUT_MS)
         rec["first_page"] = time.perf_counter() - t0
         log("first page", label)
     except Exception as exc:
@@ -171,10 +80,9 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
         if rec["errors"]:
             raise RuntimeError("not ready")
         await click_steps(page, steps, rec)
-        shown_step = await page.get_by_text("rendered step", exact=False).last.inner_text()
-        rec["shown_step"] = int(shown_step.rsplit(" ", 1)[-1])
-        rec["heading_ok"] = await page.get_by_role("heading", name=label).count() == 1
-        rec["errors"] += [await e.inner_text() for e in await exceptions.all()]
+        rec["shown_step"] = await shown_step(page)
+        rec["heading_ok"] = await shows_heading(page, label)
+        rec["errors"] += await exceptions_on(page)
     except Exception as exc:                                   # timeouts count as errors
         rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
     finally:
@@ -183,74 +91,14 @@ async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     out.append(rec)
 
 
-def chromium_cpu() -> dict[int, float]:
-    """utime + stime of each Chromium process on the machine (the sessions' browsers)."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if "chrom" in (d / "comm").read_text():
-                    out[int(d.name)] = cpu_seconds(int(d.name))
-            except (OSError, ValueError, IndexError):
-                pass                                   # a process that just ended
-    return out
-
-
-class BrowserCpu(threading.Thread):
-    """Chromium CPU seconds since ``mark()``, sampled every 0.2 s so that a renderer which
-    exits (a closed session) still counts with its last reading."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.stop, self.lock = threading.Event(), threading.Lock()
-        self.base: dict[int, float] = {}
-        self.last: dict[int, float] = {}
-        self.mark()
-
-    def mark(self) -> None:
-        with self.lock:
-            self.base = chromium_cpu()
-            self.last = dict(self.base)
-
-    def seconds(self) -> float:
-        self._sample()
-        with self.lock:
-            return sum(v - self.base.get(pid, 0.0) for pid, v in self.last.items())
-
-    def _sample(self) -> None:
-        now = chromium_cpu()
-        with self.lock:
-            self.last.update(now)
-
-    def run(self):
-        while not self.stop.wait(0.2):
-            self._sample()
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine spent not idle (all cores), from /proc/stat."""
-    v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(v) - v[3] - v[4]) / TICKS                      # minus idle and iowait
-
-
-from app.screenshots import STEP_BUTTON  # noqa: E402
-
-
 async def run_level(n, url, pid, steps, labels, chromium, log=lambda *a: None,
                     warm_presets: bool = True) -> dict:
     from playwright.async_api import async_playwright
-    from app.screenshots import CHROMIUM_ARGS
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=chromium, headless=True,
-                                          args=CHROMIUM_ARGS,
-                                          ignore_default_args=["--headless=new"])
+        browser = await launch(p, chromium)
         # warm up: one page, so the weights are loaded ("cold" RSS); then, unless --cold, one
         # session steps every preset, so "before" is a server that has done it all once
-        warm = await browser.new_context()
-        page = await warm.new_page()
-        await page.goto(url, timeout=SETUP_TIMEOUT_MS)
-        await page.evaluate(SHOWN_JS, [0, SETUP_TIMEOUT_MS])
-        await warm.close()
+        await warm_up_page(browser, url)
         rss_cold = rss_mib(pid)
         if warm_presets:
             await warm_up(browser, url, labels, steps)

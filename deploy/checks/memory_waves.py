@@ -6,7 +6,7 @@ clicking Step would; then every lab is released the way the idle/disconnected sw
 (``Lab.release`` + ``give_back_memory``). Prints RSS before, and per wave the peak and the RSS
 after release. A leak grows wave after wave; the heap's high-water mark does not.
 
-Usage: python bench/memory_waves.py [--labs 30] [--waves 4]
+Usage: python deploy/checks/memory_waves.py [--labs 30] [--waves 4]
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):          # python bench/X.py: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):          # python deploy/checks/X.py: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.load import rss_mib  # noqa: E402
+from deploy.checks.common import rss_mib  # noqa: E402
 
 
 def main() -> None:

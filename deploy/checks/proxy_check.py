@@ -3,7 +3,7 @@
 
 Starts one `streamlit run app` per `server` line of deploy/haproxy.cfg (127.0.0.1, the port
 that line names) and HAProxy with that config, its frontend on a free 127.0.0.1 port. One page
-per process, straight to its port, warms it up (model loaded, as bench/load.py does). Then K
+per process, straight to its port, warms it up (model loaded, as deploy/checks/load.py does). Then K
 Playwright browser contexts on the system Chromium go through the proxy. Each one:
 
 1. opens the page, reads HAProxy's backend cookie, chooses a preset (round robin over the
@@ -26,7 +26,7 @@ over the clicking phase; overall: click -> update p50/p90, lost clicks, errors a
 It exits 1 if a backend got no session, a session's cookie changed, an upload failed, or a
 click was lost.
 
-Usage: python bench/proxy_check.py [--sessions 6] [--steps 10]
+Usage: python deploy/checks/proxy_check.py [--sessions 6] [--steps 10]
 """
 from __future__ import annotations
 
@@ -43,16 +43,16 @@ import time
 import urllib.request
 from pathlib import Path
 
-if __package__ in (None, ""):          # python bench/X.py: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):          # python deploy/checks/X.py: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.load import cpu_seconds, pct  # noqa: E402
-from app.screenshots import (CHROMIUM, CHROMIUM_ARGS, STEP_BUTTON, free_port,  # noqa: E402
-                             start_server, stop_server, wait_healthy)
+from deploy.checks.browser import (SIDEBAR, choose_preset, click_step,  # noqa: E402
+                                   click_steps, exceptions_on, fresh_page, launch, shown_step,
+                                   shows_heading, wait_shown, warm_up_page)
+from deploy.checks.common import ROOT, cpu_seconds, pct  # noqa: E402
+from app.screenshots import free_port, start_server, stop_server, wait_healthy  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 CFG = ROOT / "deploy" / "haproxy.cfg"
-SIDEBAR = 'section[data-testid="stSidebar"]'
 TRACE_BUTTON = re.compile(r"^Download trace")
 TIMEOUT_MS = 120_000
 
@@ -110,12 +110,8 @@ def upload_watch(page, statuses: list[int]) -> None:
 
 
 async def wait_step(page, step: int) -> None:
-    await page.get_by_text(f"rendered step {step}", exact=True).wait_for(timeout=TIMEOUT_MS)
-
-
-async def shown_step(page) -> int:
-    text = await page.get_by_text("rendered step", exact=False).last.inner_text()
-    return int(text.rsplit(" ", 1)[-1])
+    """Until the page's marker shows ``step`` (the pool figure is not waited for)."""
+    await wait_shown(page, step, TIMEOUT_MS, pool=False)
 
 
 async def upload(page, trace: str) -> None:
@@ -125,10 +121,8 @@ async def upload(page, trace: str) -> None:
 async def session(browser, url, cookie_name, label, steps, tmp, rec, barrier):
     """One student (see the module docstring); ``barrier`` lines the sessions up before the
     clicking phase and again after it (the main task reads HAProxy's counts in between)."""
-    ctx = await browser.new_context(viewport={"width": 1280, "height": 720},
-                                    accept_downloads=True)
-    ctx.set_default_timeout(TIMEOUT_MS)               # clicks wait for a busy server too
-    page = await ctx.new_page()
+    # clicks wait for a busy server too
+    ctx, page = await fresh_page(browser, TIMEOUT_MS, accept_downloads=True)
     upload_watch(page, rec["upload_statuses"])
     try:
         try:
@@ -137,23 +131,12 @@ async def session(browser, url, cookie_name, label, steps, tmp, rec, barrier):
             rec["cookies"].append(await backend_cookie(ctx, cookie_name))  # set with the page
             await wait_step(page, 0)
             rec["first_page"] = time.perf_counter() - t0
-            await page.locator(f'{SIDEBAR} [data-testid="stSelectbox"]').first.click()
-            await page.get_by_role("option", name=label).click()
-            await page.get_by_role("heading", name=label).wait_for(timeout=TIMEOUT_MS)
-            await wait_step(page, 0)
+            await choose_preset(page, label, TIMEOUT_MS, pool=False)
         finally:
             await barrier.wait()                       # everyone is ready: start clicking
-        for i in range(steps):
-            button = page.get_by_role("button", name=STEP_BUTTON)
-            if await button.is_disabled():
-                break                                  # the preset's requests finished
-            t = time.perf_counter()
-            await button.click()
-            await wait_step(page, i + 1)
-            rec["latencies"].append(time.perf_counter() - t)
-            rec["steps"] += 1
+        await click_steps(page, steps, rec, TIMEOUT_MS, pool=False)
         rec["shown_step"] = await shown_step(page)
-        rec["heading_ok"] = await page.get_by_role("heading", name=label).count() == 1
+        rec["heading_ok"] = await shows_heading(page, label)
         rec["cookies"].append(await backend_cookie(ctx, cookie_name))
     except Exception as exc:                           # timeouts count as errors
         rec["errors"].append(describe(exc))
@@ -171,15 +154,12 @@ async def session(browser, url, cookie_name, label, steps, tmp, rec, barrier):
         await page.reload()
         await page.get_by_text("rendered step", exact=False).last.wait_for(timeout=TIMEOUT_MS)
         rec["cookies"].append(await backend_cookie(ctx, cookie_name))
-        s = await shown_step(page)
-        await page.get_by_role("button", name=STEP_BUTTON).click()
-        await wait_step(page, s + 1)
+        await click_step(page, await shown_step(page) + 1, TIMEOUT_MS, pool=False)
         await upload(page, trace)
         await page.get_by_role("button", name="Back to the live engine").wait_for(
             timeout=TIMEOUT_MS)
         rec["reload_ok"] = True
-        rec["errors"] += [await e.inner_text() for e in
-                          await page.locator('[data-testid="stException"]').all()]
+        rec["errors"] += await exceptions_on(page)
     except Exception as exc:
         rec["errors"].append("after reload: " + describe(exc))
         await keep_screenshot(page, Path(tmp) / f"error-{rec['index']}-reload.png")
@@ -190,9 +170,7 @@ async def session(browser, url, cookie_name, label, steps, tmp, rec, barrier):
 async def control(browser, url, cookie_name, servers, trace) -> dict:
     """A session whose cookie is switched to another server before it uploads: the upload
     reaches a process that does not hold its session and must be refused."""
-    ctx = await browser.new_context(accept_downloads=True)
-    ctx.set_default_timeout(TIMEOUT_MS)
-    page = await ctx.new_page()
+    ctx, page = await fresh_page(browser, TIMEOUT_MS, accept_downloads=True)
     statuses: list[int] = []
     upload_watch(page, statuses)
     out = {"from": None, "to": None, "statuses": statuses}
@@ -219,20 +197,15 @@ async def run(url, stats_port, cookie_name, servers, pids, n, steps, labels, tmp
              "errors": [], "first_page": None, "steps": 0, "cookies": [],
              "upload_statuses": [], "reload_ok": False} for i in range(n)]
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                          args=CHROMIUM_ARGS,
-                                          ignore_default_args=["--headless=new"])
+        browser = await launch(p)
         if warm_up:
             # one page per process, straight to its port, before the sessions, so the
             # model's load is not timed as a click. Sessions arriving together at a cold
             # process once failed importing transformers (fixed: engine/models/loader.hf);
             # --no-warm-up checks that case
             for s in servers:
-                warm = await browser.new_context()
-                page = await warm.new_page()
-                await page.goto(f"http://127.0.0.1:{s['port']}")
-                await wait_step(page, 0)
-                await warm.close()
+                await warm_up_page(browser, f"http://127.0.0.1:{s['port']}", TIMEOUT_MS,
+                                   pool=False)
         barrier = asyncio.Barrier(n + 1)
         tasks = [asyncio.create_task(session(browser, url, cookie_name, r["label"], r["want"],
                                              tmp, r, barrier)) for r in recs]

@@ -18,7 +18,7 @@ from app.screenshots import (CHROMIUM, click_step, exceptions_on, free_port, lau
                              rendered_step, select_scenario, start_server, step_button,
                              stop_server, wait_healthy, wait_rendered)
 
-from app.step_queue import STEP_QUEUE_JS
+from app.views.page_style import STEP_QUEUE_JS
 
 from .conftest import MODEL, needs_model
 
@@ -32,7 +32,8 @@ _missing = ("the playwright package is not installed (pip install playwright)" i
             if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)) else None)
 if _missing:
     print(f"\nbrowser tests skipped: {_missing}")
-pytestmark = [needs_model, pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
+pytestmark = [pytest.mark.browser, needs_model,
+              pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
 
 RSS_BOUND_BYTES = int(1.5 * 2**30)
 
@@ -382,7 +383,7 @@ def _clicks(page, n: int, gap_s: float) -> None:
 
 def test_quick_clicks_are_never_lost(server, browser):
     """Streamlit merges the clicks that reach it while a rerun is running; the page's queue
-    (app/step_queue.py) sends them one at a time, so every click and → is one step."""
+    (app/views/assets/step_queue.js) sends them one at a time, so every click and → is one step."""
     url, _ = server
     page = browser.new_page()
     _open_with_max_tokens(page, url, 25)

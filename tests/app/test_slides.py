@@ -51,6 +51,7 @@ def test_no_snapshots_is_a_clear_error():
         slides_figure([])
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(no_browser, reason="browser test: playwright or Chromium missing")
 def test_the_html_opens_offline_with_a_slider_over_every_step(run, tmp_path):
     snaps = run.snapshots()

@@ -1,4 +1,5 @@
-"""Soak: the differential test of tests/engine/test_differential.py, at scale (not in CI).
+"""Soak: the differential test of tests/engine/test_differential.py, at scale (not in CI:
+marked ``soak``, which tests/conftest.py deselects unless ``-m`` names it).
 
 Many random programs of operations (a burst of arrivals, then a random mix of "add a request",
 "step" and "abort a live request"; requests are greedy, seeded sampling with n = 1..4 and
@@ -39,35 +40,43 @@ outputs must still be prefix-consistent (one run's tokens a prefix of the other'
 completion). Twin engines (identical configs) are compared on everything, aborted ones too.
 A request the small pool rejects (could never fit) is skipped in every engine.
 
-Usage: python bench/soak.py [--programs 300] [--model-programs 600] [--ops 40] [--seed 0]
-       [--observe] [--device cpu] [--replay KIND:INDEX] [--no-progress] [--out FILE.json]
-Program ``i`` of a kind is generated from (seed, kind, i) alone, so a failure listed in the
-JSON is rerun with ``--seed S --replay KIND:I``. Writes bench/results/soak.json (or --out).
+Usage: python -m pytest -m soak tests/soak     (about 160 s on 2 cores with the defaults)
+It prints its table (and a progress bar) whatever pytest captures, and fails listing the first
+failures. Settings, from the environment (defaults in brackets):
+  SOAK_PROGRAMS [300]        length-only programs
+  SOAK_MODEL_PROGRAMS [600]  tiny-Llama programs
+  SOAK_OPS [40]              mean operations per program
+  SOAK_SEED [0]
+  SOAK_DEVICE [cpu]          the tiny Llama's device (cpu: float32)
+  SOAK_OBSERVE [0]           1: keep snapshots/baselines on (slower; off where supported)
+  SOAK_REPLAY [-]            KIND:INDEX: run that one program, print its operations
+  SOAK_PROGRESS [1]          0: no progress bar
+  SOAK_OUT [-]               FILE.json: also write the summary (counts, failures) there
+Program ``i`` of a kind is generated from (seed, kind, i) alone, so a failure the test lists is
+rerun with ``SOAK_SEED=S SOAK_REPLAY=KIND:I python -m pytest -m soak tests/soak``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import os
 import random
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-if __package__ in (None, ""):          # python bench/soak.py: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pytest
+import torch
 
-import torch  # noqa: E402
-
-from bench.common import write_results  # noqa: E402
-from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from engine import Engine, EngineConfig, SamplingParams
 
 try:                                   # optional: a progress bar
     from tqdm import tqdm
 except ImportError:                    # pragma: no cover
     tqdm = None
+
+pytestmark = pytest.mark.soak
 
 BLOCK_SIZES = [1, 2, 4, 8, 16]
 PROFILES = {   # vocabulary, longest prompt, largest max_tokens, model context
@@ -122,7 +131,7 @@ def random_program(seed: int, kind: str, index: int, num_ops: int) -> dict:
 
 
 def worst_case_blocks(prompt_len: int, params: SamplingParams, block_size: int) -> int:
-    """DESIGN §2's rule (Engine.blocks_needed_worst_case): the last sampled token's K/V is never
+    """The worst-case rule (docs/architecture.md#a-request-fits, Engine.blocks_needed_worst_case): the last sampled token's K/V is never
     written, so a sequence holds at most ceil((prompt + max_tokens - 1) / block_size) blocks."""
     shared = prompt_len // block_size
     per_seq = -(-(prompt_len + params.max_tokens - 1) // block_size) - shared
@@ -349,72 +358,82 @@ def print_table(per_kind: dict[str, Counter], walls: dict[str, float]) -> None:
     print("coverage: " + ", ".join(f"{k} {total[k]}" for k in INFO))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--programs", type=int, default=300, help="length-only programs")
-    ap.add_argument("--model-programs", type=int, default=600, help="tiny-Llama programs")
-    ap.add_argument("--ops", type=int, default=40, help="mean operations per program")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cpu", help="the tiny Llama's device (cpu: float32)")
-    ap.add_argument("--observe", action="store_true",
-                    help="keep snapshots/baselines on (slower; default off where supported)")
-    ap.add_argument("--replay", metavar="KIND:INDEX", help="run one program, print its failures")
-    ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--out", help="JSON path (default bench/results/soak.json)")
-    args = ap.parse_args(argv)
-    # tiny tensors: one intra-op thread is several times faster than a contended thread pool
-    torch.set_num_threads(1)
+def settings() -> dict:
+    """The soak's settings from the environment (see the module docstring)."""
+    env = os.environ.get
+    return dict(programs=int(env("SOAK_PROGRAMS", "300")),
+                model_programs=int(env("SOAK_MODEL_PROGRAMS", "600")),
+                ops=int(env("SOAK_OPS", "40")), seed=int(env("SOAK_SEED", "0")),
+                device=env("SOAK_DEVICE", "cpu"), observe=env("SOAK_OBSERVE", "0") == "1",
+                replay=env("SOAK_REPLAY") or None, progress=env("SOAK_PROGRESS", "1") != "0",
+                out=env("SOAK_OUT") or None)
 
-    plan = [("length-only", i) for i in range(args.programs)]
-    plan += [("model", i) for i in range(args.model_programs)]
-    if args.replay:
-        kind, _, index = args.replay.partition(":")
+
+def run_soak(args: dict, tmp: Path) -> dict:
+    """Every program of the plan; prints the table; returns the summary (as the JSON holds)."""
+    plan = [("length-only", i) for i in range(args["programs"])]
+    plan += [("model", i) for i in range(args["model_programs"])]
+    if args["replay"]:
+        kind, _, index = args["replay"].partition(":")
         plan = [(kind, int(index))]
     per_kind = {k: Counter() for k in dict.fromkeys(k for k, _ in plan)}
     walls = dict.fromkeys(per_kind, 0.0)
     failures: list[dict] = []
     t_all = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        model = build_tiny_llama(tmp, args.seed) if "model" in per_kind else None
-        bar = None
-        if tqdm is not None and not args.no_progress:
-            bar = tqdm(total=len(plan), unit="program", file=sys.stderr)
-        for n, (kind, i) in enumerate(plan, 1):
-            prog = random_program(args.seed, kind, i, args.ops)
-            if args.replay:
-                for op in prog["ops"]:
-                    print(op)
-            t0 = time.perf_counter()
-            stats, fails = run_program(prog, model if kind == "model" else None, args.device,
-                                       args.observe)
-            walls[kind] += time.perf_counter() - t0
-            per_kind[kind] += stats
-            failures += fails
-            if bar is not None:
-                bar.update()
-                bar.set_postfix(kind=kind, failures=len(failures), refresh=False)
-            elif not args.no_progress and (n % 20 == 0 or n == len(plan)):
-                print(f"\rsoak: {n}/{len(plan)} programs, {len(failures)} failures", end="",
-                      file=sys.stderr, flush=True)
+    model = build_tiny_llama(str(tmp), args["seed"]) if "model" in per_kind else None
+    bar = None
+    if tqdm is not None and args["progress"]:
+        bar = tqdm(total=len(plan), unit="program", file=sys.stderr)
+    for n, (kind, i) in enumerate(plan, 1):
+        prog = random_program(args["seed"], kind, i, args["ops"])
+        if args["replay"]:
+            for op in prog["ops"]:
+                print(op)
+        t0 = time.perf_counter()
+        stats, fails = run_program(prog, model if kind == "model" else None, args["device"],
+                                   args["observe"])
+        walls[kind] += time.perf_counter() - t0
+        per_kind[kind] += stats
+        failures += fails
         if bar is not None:
-            bar.close()
-        elif not args.no_progress:
-            print(file=sys.stderr)
+            bar.update()
+            bar.set_postfix(kind=kind, failures=len(failures), refresh=False)
+        elif args["progress"] and (n % 20 == 0 or n == len(plan)):
+            print(f"\rsoak: {n}/{len(plan)} programs, {len(failures)} failures", end="",
+                  file=sys.stderr, flush=True)
+    if bar is not None:
+        bar.close()
+    elif args["progress"]:
+        print(file=sys.stderr)
     wall = time.perf_counter() - t_all
     print_table(per_kind, walls)
     for f in failures[:10]:
         print(f"FAIL {f['kind']}:{f['index']} {f['what']}: {f['detail']}")
     total = sum(per_kind.values(), Counter())
-    payload = dict(args=vars(args), wall_s=wall, per_kind={k: dict(c) for k, c in per_kind.items()},
-                   total=dict(total), failures=failures[:100], num_failures=len(failures),
-                   ok=not failures)
-    if args.out:
-        Path(args.out).write_text(json.dumps(payload, indent=2))
-        print(f"wrote {args.out}")
-    elif not args.replay:
-        write_results("soak", payload)
-    return 0 if not failures else 1
+    return dict(args=args, wall_s=wall, per_kind={k: dict(c) for k, c in per_kind.items()},
+                total=dict(total), failures=failures[:100], num_failures=len(failures),
+                ok=not failures)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def test_soak(tmp_path, capsys):
+    """Every program: no invariant violation, no leaked block, no output or determinism
+    mismatch, no error (a failure lists its program: rerun it with SOAK_REPLAY)."""
+    args = settings()
+    threads = torch.get_num_threads()
+    # tiny tensors: one intra-op thread is several times faster than a contended thread pool
+    torch.set_num_threads(1)
+    try:
+        with capsys.disabled():                  # the table and the progress, always shown
+            print()
+            summary = run_soak(args, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    if args["out"]:
+        Path(args["out"]).write_text(json.dumps(summary, indent=2))
+        print(f"wrote {args['out']}")
+    failures = summary["failures"]
+    assert not failures, (
+        f"{summary['num_failures']} failures, e.g.:\n"
+        + "\n".join(f"{f['kind']}:{f['index']} {f['what']}: {f['detail']}" for f in failures[:10])
+        + f"\n(rerun one: SOAK_SEED={args['seed']} SOAK_REPLAY=KIND:INDEX "
+          "python -m pytest -m soak tests/soak)")
