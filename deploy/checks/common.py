@@ -15,13 +15,14 @@ if str(ROOT) not in sys.path:
 TICKS = 100          # os.sysconf("SC_CLK_TCK") on Linux
 
 
-def write_results(name: str, payload: dict, frame=None) -> None:
-    """deploy/results/<name>.json (and .csv when a DataFrame is given)."""
+def write_results(name: str, payload: dict, table=None) -> None:
+    """deploy/results/<name>.json, and the table as .csv when one is given."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2, default=float))
-    if frame is not None:
-        frame.to_csv(RESULTS / f"{name}.csv")
-    print(f"wrote deploy/results/{name}.json" + (" and .csv" if frame is not None else ""))
+    for suffix, write in ((".json", lambda p: p.write_text(json.dumps(payload, indent=2, default=float))),
+                          (".csv", table.to_csv if table is not None else None)):
+        if write is not None:
+            write(RESULTS / f"{name}{suffix}")
+            print(f"wrote deploy/results/{name}{suffix}")
 
 
 def cpu_seconds(pid: int) -> float:

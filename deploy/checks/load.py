@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -51,43 +52,45 @@ async def warm_up(browser, url, labels, steps) -> None:
         await ctx.close()
 
 
+@contextlib.contextmanager
+def noting_errors(rec: dict):
+    """Run a phase of a session; an exception ends the phase and is noted in ``rec``."""
+    try:
+        yield
+    except Exception as exc:
+        rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
 async def session(browser, url, label, steps, out, gates, log=lambda *a: None):
     """One student: open the page; when everyone has (``gates``: opened, choose), choose
     ``label``'s preset; when everyone has (ready, go), click Step ``steps`` times."""
     opened, choose, ready, go = gates
     rec = {"label": label, "latencies": [], "errors": [], "first_page": None, "steps": 0}
     ctx = None
-    try:
+    with noting_errors(rec):
         ctx, page = await fresh_page(browser)
         t0 = time.perf_counter()
         await page.goto(url)
         await wait_shown(page, 0, SETUP_TIMEOUT_MS)
         rec["first_page"] = time.perf_counter() - t0
         log("first page", label)
-    except Exception as exc:
-        rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
     opened.append(label)
     await choose.wait()
-    try:
+    with noting_errors(rec):
         if not rec["errors"]:
             await choose_preset(page, label)
             log("preset chosen", label)
-    except Exception as exc:
-        rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
     ready.append(label)
     await go.wait()
-    try:
+    with noting_errors(rec):                                   # timeouts count as errors
         if rec["errors"]:
             raise RuntimeError("not ready")
         await click_steps(page, steps, rec)
         rec["shown_step"] = await shown_step(page)
         rec["heading_ok"] = await shows_heading(page, label)
         rec["errors"] += await exceptions_on(page)
-    except Exception as exc:                                   # timeouts count as errors
-        rec["errors"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
-    finally:
-        if ctx is not None:
-            await ctx.close()
+    if ctx is not None:
+        await ctx.close()
     out.append(rec)
 
 
