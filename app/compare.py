@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from engine import Engine, StepSnapshot
+from engine.sched.registry import SEMANTICS
 
 from app.hosting import public_message
 from app.scenarios import Settings
-
-SEMANTICS = ("v0", "v1")
 
 
 @dataclass
@@ -27,11 +26,8 @@ class Comparison:
     @classmethod
     def build(cls, settings: Settings, build_engine) -> "Comparison":
         cmp = cls(settings.replace(semantics="v0"))
-        for sem in SEMANTICS:
-            s = settings.replace(semantics=sem,
-                                 enable_prefix_caching=settings.enable_prefix_caching or sem == "v1",
-                                 preemption_mode="recompute" if sem == "v1" else
-                                 settings.preemption_mode)
+        for sem, rules in SEMANTICS.items():      # each with the settings its engine fixes
+            s = settings.replace(semantics=sem, **rules.fixed_settings)
             try:
                 cmp.engines[sem] = build_engine(s)
             except ValueError as exc:      # shown on the page: no server paths
@@ -59,6 +55,10 @@ class Comparison:
         return e.snapshot if e is not None else None
 
 
+def _counts_preempted_apart(engine: Engine) -> bool:
+    return engine.semantics.counts_preempted_lookups_apart
+
+
 def _count(engine: Engine, kind: str) -> int:
     return engine.event_counts.get(kind, 0)
 
@@ -67,9 +67,9 @@ def compare_table(cmp: Comparison) -> pd.DataFrame:
     """What each engine has done so far, side by side (rows: measures, columns: v0 / v1);
     every number is read from that engine's snapshot or event counts."""
     rows = {}
-    for sem, e in cmp.live().items():
+    for e in cmp.live().values():
         st = e.snapshot.stats
-        rows[f"vLLM {sem}"] = {
+        rows[e.semantics.label] = {
             "steps": e.snapshot.step,
             "requests finished": e.num_finished,
             "blocks in use": f"{st.used_blocks} of {st.total_blocks - st.null_blocks}",
@@ -81,10 +81,11 @@ def compare_table(cmp: Comparison) -> pd.DataFrame:
             "prefix-cache hits (blocks, every lookup)": _count(e, "prefix_hit"),
             "prefix_cache_queries / hits (tokens)":
                 f"{st.prefix_cache_queries} / {st.prefix_cache_hits}",
-            # v1 counts a preempted request's lookups apart, as vLLM does; v0 counts them above
+            # v1 counts a preempted request's lookups apart, as vLLM does (its cache manager
+            # has these counters); v0 counts them above
             "preempted requests' queries / hits (tokens)":
                 f"{st.prefix_cache_preempted_queries} / {st.prefix_cache_preempted_hits}"
-                if sem == "v1" else "counted above",
+                if _counts_preempted_apart(e) else "counted above",
             "preemptions": st.num_preemptions,
             "swaps out": _count(e, "swap_out"),
         }

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from engine.sched.registry import semantics_of
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -122,3 +124,12 @@ def preset(key: str, model: str | None = None) -> Settings:
     """The scenario's settings (with ``model`` substituted if given)."""
     s = SCENARIOS[key].settings
     return s.replace(model=model) if model else s
+
+
+def under_engine(s: Settings, name: str) -> Settings:
+    """``s`` run by the engine ``name``: with the settings that engine always has (read from the
+    engine's registry: v1 caches prefixes and preempts by recompute); a prefix-caching setting
+    the engine does not fix is the one the scenario's preset has."""
+    fixed = dict(semantics_of(name).fixed_settings)
+    fixed.setdefault("enable_prefix_caching", SCENARIOS[s.scenario].settings.enable_prefix_caching)
+    return s.replace(semantics=name, **fixed)

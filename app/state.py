@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
+from engine.sched.registry import semantics_of
 from analysis.block_size_sweep import block_size_sweep
 
 from app import hosting
@@ -55,11 +56,11 @@ def make_config(s: Settings) -> EngineConfig:
     model = hosting.check_model_allowed(s.model)
     if s.num_gpu_blocks > MAX_POOL_BLOCKS or s.num_cpu_blocks > MAX_POOL_BLOCKS:
         raise ValueError(f"pool sizes are limited to {MAX_POOL_BLOCKS} blocks in the lab")
-    v1 = s.semantics == "v1"
-    return EngineConfig(semantics=s.semantics,
-                        # v0 keeps vLLM's large default: whole prompts in one prefill step
-                        max_num_batched_tokens=s.max_num_batched_tokens if v1 else 4096,
-                        model=model, block_size=s.block_size,
+    # the step's token budget is the page's to choose only where prefills are chunked (v1);
+    # elsewhere EngineConfig's large default stays (v0: whole prompts in one prefill step)
+    budget = ({"max_num_batched_tokens": s.max_num_batched_tokens}
+              if semantics_of(s.semantics).chunks_prefills else {})
+    return EngineConfig(semantics=s.semantics, **budget, model=model, block_size=s.block_size,
                         num_gpu_blocks=s.num_gpu_blocks, num_cpu_blocks=s.num_cpu_blocks,
                         preemption_mode=s.preemption_mode,
                         enable_prefix_caching=s.enable_prefix_caching, seed=s.seed,

@@ -69,6 +69,9 @@ class EngineSemantics(ABC):
     # stop strings count only once the output is longer than min_tokens (v1's detokenizer),
     # instead of from min_tokens on (v0's StopChecker)
     stop_strings_after_min_tokens: ClassVar[bool]
+    # prefix-cache lookups by requests preempted before are counted apart (vLLM v1's
+    # PrefixCacheStats.preempted_queries / _hits)
+    counts_preempted_lookups_apart: ClassVar[bool]
     # why reset_prefix_cache(reset_running_requests=True) is refused (None: it is offered)
     reset_running_refusal: ClassVar[str | None]
 

@@ -212,6 +212,7 @@ class V0Semantics(EngineSemantics):
     has_swap = True
     has_beam_search = True
     chunks_prefills = False
+    counts_preempted_lookups_apart = False
     stop_strings_after_min_tokens = False
     reset_running_refusal = (
         "reset_running_requests=True is vLLM v1's (its scheduler preempts the running "

@@ -169,6 +169,7 @@ class V1Semantics(EngineSemantics):
     has_swap = False
     has_beam_search = False
     chunks_prefills = True
+    counts_preempted_lookups_apart = True
     stop_strings_after_min_tokens = True
     reset_running_refusal = None
 

@@ -30,8 +30,8 @@ DEADLINE_S = 10.0
 
 
 def watch_page():
-    from app.watch_view import watch_tab
-    watch_tab()
+    from app.views import watch
+    watch.draw()
 
 
 def free_port() -> int:

@@ -1,24 +1,20 @@
-"""Step clicks are never lost: the page's click queue (JavaScript run in the page).
-
-A Streamlit button reaches the server as a yes/no trigger, and Streamlit merges the triggers of
-clicks that arrive while a rerun of the same fragment is still running or waiting to run
-(streamlit/runtime/scriptrunner_utils/script_requests.py, ``_coalesce_widget_states``), so
-quick clicks became fewer steps: measured in Chromium before this queue, 10 clicks 100 ms apart
-gave 8 steps and 6 clicks 20 ms apart gave 4.
-
-So the page itself holds a Step (click or →) made while the previous one is still being served
-and sends it when the app is idle again, one at a time: every click is one rerun, one step.
-"Being served" is read off Streamlit's own run state (``data-test-script-state`` on the app
-element: ``running`` / ``notRunning``). A quick run can start and end within one update of the
-page, so that attribute never changes: such a Step is over once the page draws its step (the
-view's last line, "rendered step N", differs from when it was sent), unless another run was
-under way or Play was on when it was sent (their steps redraw that line too). Before that
-check, now and then (about one click in 20 in one-session runs) a click was held for the 3 s
-fallback that is left for a click that caused no run at all.
-"""
-from __future__ import annotations
-
-STEP_QUEUE_JS = """<script>
+// Step clicks are never lost: the page's click queue.
+//
+// A Streamlit button reaches the server as a yes/no trigger, and Streamlit merges the triggers of
+// clicks that arrive while a rerun of the same fragment is still running or waiting to run
+// (streamlit/runtime/scriptrunner_utils/script_requests.py, `_coalesce_widget_states`), so
+// quick clicks became fewer steps: measured in Chromium before this queue, 10 clicks 100 ms apart
+// gave 8 steps and 6 clicks 20 ms apart gave 4.
+//
+// So the page itself holds a Step (click or →) made while the previous one is still being served
+// and sends it when the app is idle again, one at a time: every click is one rerun, one step.
+// "Being served" is read off Streamlit's own run state (`data-test-script-state` on the app
+// element: `running` / `notRunning`). A quick run can start and end within one update of the
+// page, so that attribute never changes: such a Step is over once the page draws its step (the
+// view's last line, "rendered step N", differs from when it was sent), unless another run was
+// under way or Play was on when it was sent (their steps redraw that line too). Before that
+// check, now and then (about one click in 20 in one-session runs) a click was held for the 3 s
+// fallback that is left for a click that caused no run at all.
 if (!window.__pagedLabStepQueue) {
   window.__pagedLabStepQueue = {};       // its state, readable from the console and tests
   const app = () => document.querySelector('[data-testid="stApp"]');
@@ -97,4 +93,3 @@ if (!window.__pagedLabStepQueue) {
     sent();
   }, true);
 }
-</script>"""

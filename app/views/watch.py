@@ -4,6 +4,10 @@
 One subscriber per browser session lives in st.session_state; every run of the live fragment
 drains it briefly and feeds a PrefixCacheView, which the figures draw (app/figures/prefix_tree.py,
 app/figures/kv_event_charts.py). Nothing here talks to the page's own engine.
+
+The figures go through the figure cache like every other (one per watch): the view is one object
+that changes as batches arrive, so they are keyed by it and by its batch count, and a refresh
+that received nothing draws the figures it built before.
 """
 from __future__ import annotations
 
@@ -11,9 +15,11 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from app.figures.kv_event_charts import cached_blocks_figure, event_rate_figure
-from app.figures.prefix_tree import prefix_tree_figure
 from engine.kv_events import KVEventSubscriber, PrefixCacheView
+
+from app.figure_cache import FigureCache
+from app.figures import kv_event_charts, prefix_tree
+from app.views.common import chart
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 REFRESH_S = 1.0
@@ -51,11 +57,25 @@ class Watch:
     """What one session watches: its subscriber and the cache rebuilt from what it received."""
     subscriber: KVEventSubscriber
     view: PrefixCacheView = field(default_factory=PrefixCacheView)
+    figures: FigureCache = field(default_factory=lambda: FigureCache(capacity=3))
 
     def poll(self, timeout_s: float = DRAIN_TIMEOUT_S) -> int:
         batches = self.subscriber.receive(timeout_s)
         self.view.apply_all(batches)
         return len(batches)
+
+
+# the live view's figures, from the view as it is after ``batches`` batches (the cache's key)
+def _tree_figure(view: PrefixCacheView, batches: int):
+    return prefix_tree.prefix_tree_figure(view.blocks.values())
+
+
+def _rate_figure(view: PrefixCacheView, batches: int):
+    return kv_event_charts.event_rate_figure(view.series_frame())
+
+
+def _cached_figure(view: PrefixCacheView, batches: int):
+    return kv_event_charts.cached_blocks_figure(view.series_frame())
 
 
 def _close() -> None:
@@ -138,16 +158,18 @@ def live_view() -> None:
     if sub.malformed_count:
         with st.expander(f"{sub.malformed_count} malformed messages (latest reasons)"):
             st.code("\n".join(list(sub.malformed)[-10:]), language=None)
-    st.plotly_chart(prefix_tree_figure(view.blocks.values()), key="fig_kv_tree", config=CHART, theme=None)
-    series = view.series_frame()
+    chart(w.figures, _tree_figure, view, view.batches, key="fig_kv_tree", config=CHART)
     left, right = st.columns(2)
-    left.plotly_chart(event_rate_figure(series), key="fig_kv_rate", config=CHART, theme=None)
-    right.plotly_chart(cached_blocks_figure(series), key="fig_kv_cached", config=CHART, theme=None)
+    with left:
+        chart(w.figures, _rate_figure, view, view.batches, key="fig_kv_rate", config=CHART)
+    with right:
+        chart(w.figures, _cached_figure, view, view.batches, key="fig_kv_cached", config=CHART)
     st.markdown("**Latest events** (newest first)")
     st.dataframe(view.events_frame(50), hide_index=True, key="kv_events_table")
 
 
-def watch_tab() -> None:
+def draw(_shown=None) -> None:
+    """The tab (it draws a stream, not the lab: nothing of ``Shown`` is used)."""
     st.markdown("Watch the prefix cache of a **vLLM server** live, from the KV cache events it "
                 "publishes over ZeroMQ (or this engine's publisher: same format).")
     with st.expander("How to point this at a vLLM deployment"):

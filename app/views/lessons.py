@@ -9,17 +9,15 @@ from __future__ import annotations
 import streamlit as st
 
 from app.lessons import LESSONS, LessonRun
+from app.scenarios import preset, under_engine
 
 
 def lesson_settings(lab, key: str):
-    """The lesson's preset under its engine (v1 turns prefix caching on and has no swap)."""
-    from app.scenarios import preset
+    """The lesson's preset under its engine (with what that engine fixes), on the lab's model
+    and kernels."""
     lesson = LESSONS[key]
-    s = preset(lesson.scenario, lab.settings.model).replace(backend=lab.settings.backend,
-                                                            semantics=lesson.semantics)
-    if lesson.semantics == "v1":
-        s = s.replace(enable_prefix_caching=True, preemption_mode="recompute")
-    return s
+    return under_engine(preset(lesson.scenario, lab.settings.model)
+                        .replace(backend=lab.settings.backend), lesson.semantics)
 
 
 def start_lesson(lab, key: str, show_settings=None) -> bool:

@@ -1,0 +1,98 @@
+"""What every view shares: the figure toolbar, drawing a figure (always through the figure
+cache), "How to read this", one short line for an unexpected error, guarded callbacks, and
+``Shown``: what a tab draws from."""
+from __future__ import annotations
+
+import functools
+import logging
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Callable
+
+import streamlit as st
+
+from engine import StepSnapshot
+from engine.sched.registry import SEMANTICS
+
+from app.figure_cache import FigureCache
+from app.state import Lab, unexpected_message
+from app.views.help_texts import HOW_TO_READ
+
+log = logging.getLogger("app.page")
+
+# the figure toolbar keeps one button: the camera, saving the figure as a PNG (for slides)
+CHART = {"displaylogo": False, "modeBarButtons": [["toImage"]],
+         "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+# ---- errors --------------------------------------------------------------------------------
+@contextmanager
+def short_errors(what: str):
+    """An unexpected exception in the block is logged with its traceback and shown as one
+    short st.error (no traceback, no server path); Streamlit's rerun/stop pass through."""
+    try:
+        yield
+    except Exception as exc:
+        log.exception("unexpected error while drawing %s", what)
+        st.error(f"{what[0].upper()}{what[1:]} could not be drawn: {unexpected_message(exc)}")
+
+
+def guarded(callback):
+    """A widget callback whose unexpected exception becomes the lab's error message."""
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        lab = st.session_state.get("lab")
+        try:
+            with lab.in_use() if lab is not None else nullcontext():
+                return callback(*args, **kwargs)
+        except Exception as exc:
+            log.exception("unexpected error in %s", callback.__name__)
+            if lab is not None:
+                lab.error = unexpected_message(exc)
+    return run
+
+
+# ---- drawing -------------------------------------------------------------------------------
+def engine_label(name: str) -> str:
+    """How the page names an engine ("vLLM v1"), from the engine's registry; a name it does
+    not know (a trace from elsewhere) as it is."""
+    rules = SEMANTICS.get(name)
+    return rules.label if rules is not None else name
+
+
+def how_to_read(key: str) -> None:
+    with st.expander("How to read this"):
+        st.markdown(HOW_TO_READ[key])
+
+
+def chart(cache: FigureCache, builder: Callable, *args, key: str, config: dict = CHART) -> None:
+    """The Plotly figure ``builder(*args)``, built once for these inputs (app/figure_cache.py).
+    Views name a builder through its module (``pool_grid.pool_figure``), so the one drawn is
+    the one the module has now (a test may replace it)."""
+    st.plotly_chart(cache.get(builder, *args), key=key, config=config, theme=None)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a tab draws from: the lab, the snapshot shown, the one before it, the history."""
+    lab: Lab
+    snap: StepSnapshot
+    prev: StepSnapshot | None
+    snaps: list[StepSnapshot]
+    decode: Callable | None
+
+    @classmethod
+    def of(cls, lab: Lab) -> "Shown":
+        return cls(lab, lab.current(), lab.previous(), lab.snapshots(), lab.decode)
+
+    def chart(self, builder: Callable, *args, key: str, how: str | None = None) -> None:
+        """A figure (cached by its inputs), then its "How to read this" if ``how`` names one."""
+        chart(self.lab.figures, builder, *args, key=key)
+        if how is not None:
+            how_to_read(how)
+
+    def html(self, builder: Callable, *args, how: str | None = None) -> None:
+        """An HTML figure (cached by its inputs), then its "How to read this"."""
+        st.markdown(self.lab.figures.get(builder, *args), unsafe_allow_html=True)
+        if how is not None:
+            how_to_read(how)

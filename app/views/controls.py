@@ -1,0 +1,123 @@
+"""The row under the title: ⟲ Reset, Step, Run N, Play/Pause, ◀ Back, Latest ▶▶; the presenter
+row (Play speed, Projector, keys); the history slider; and Play's timer (which the main view's
+fragment runs on: app/views/main_view.py)."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app.state import Lab
+from app.views.common import guarded
+
+PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0)      # Play: steps per second
+
+
+@guarded
+def _on_step() -> None:
+    lab = st.session_state.lab
+    if lab.step():
+        lab.error = None
+
+
+@guarded
+def _on_reset() -> None:
+    lab = st.session_state.lab
+    lab.apply(lab.settings)
+
+
+@guarded
+def _on_back() -> None:
+    st.session_state.lab.back()
+
+
+@guarded
+def _on_latest() -> None:
+    lab = st.session_state.lab
+    lab.show(len(lab.snapshots()) - 1)
+
+
+@guarded
+def _on_history() -> None:
+    lab = st.session_state.lab
+    chosen = st.session_state.w_hist          # a position in the history, not a step number
+    if isinstance(chosen, int) and 0 <= chosen < len(lab.snapshots()):
+        lab.show(chosen)
+
+
+def _on_speed() -> None:
+    st.session_state.lab.last_tick = 0.0
+
+
+def _on_projector() -> None:
+    st.rerun(scope="app")                # its style is drawn by the whole page, not this view
+
+
+def draw(lab: Lab) -> None:
+    """Buttons act in callbacks (before the page is drawn, so every button's state is current);
+    Run N steps inline to show its progress bar; Play re-arms the fragment's timer."""
+    # Step and Back carry no tooltip (their keys are in the presenter row's caption): they are
+    # clicked over and over with the mouse resting on them, and Streamlit draws a tooltip
+    # afresh after every rerun under a resting mouse (one session, measured once: ~0.06 s more
+    # Chromium CPU per click; README "What a Step click costs").
+    c = st.columns([1.1, 1, 0.9, 1.2, 1.2, 1, 1.3])
+    c[0].button("⟲ Reset", width="stretch", disabled=lab.replaying, key="reset_btn",
+                on_click=_on_reset, help="rebuild the engine from the applied settings (key: r)")
+    c[1].button("Step", type="primary", width="stretch", disabled=lab.finished, key="step_btn",
+                on_click=_on_step, shortcut="Right")
+    run_n = int(c[2].number_input("N", min_value=1, max_value=200, value=10, key="w_run_n",
+                                  label_visibility="collapsed"))
+    run = c[3].button(f"Run {run_n}", width="stretch", disabled=lab.finished, key="run_btn")
+    play = c[4].button("⏸ Pause" if lab.playing else "▶ Play", width="stretch",
+                       disabled=lab.finished and not lab.playing, key="play_btn",
+                       shortcut="Space", help="step on its own at the Play speed (key: space)")
+    c[5].button("◀ Back", width="stretch", disabled=lab.index() == 0, key="back_btn",
+                on_click=_on_back, shortcut="Left")
+    c[6].button("Latest ▶▶", width="stretch", key="latest_btn", on_click=_on_latest,
+                disabled=lab.index() >= len(lab.snapshots()) - 1)
+    if run:
+        bar = st.progress(0.0, text=f"running {run_n} steps…")
+        for i in range(run_n):
+            if not lab.step():
+                break
+            bar.progress((i + 1) / run_n, text=f"step {i + 1}/{run_n}")
+        lab.error = None
+        st.rerun(scope="app")            # redraw with the buttons' new state
+    if play:
+        lab.playing = not lab.playing
+        lab.last_tick = 0.0
+        st.rerun(scope="app")            # (re)arms or stops the auto-step timer
+
+
+def play_interval() -> float:
+    """Seconds between Play's steps, from the Play speed setting (steps per second)."""
+    return 1.0 / float(st.session_state.get("w_speed", 1.0))
+
+
+def play_timer() -> float | None:
+    """The main view's timer Play needs now: seconds between steps while playing, else None."""
+    lab = st.session_state.get("lab")
+    return play_interval() if lab is not None and lab.playing else None
+
+
+def presenter_row(lab: Lab) -> None:
+    a, b, c = st.columns([2.2, 1.2, 3], vertical_alignment="center")
+    st.session_state.setdefault("w_speed", 1.0)
+    a.select_slider("Play speed (steps per second)", options=PLAY_SPEEDS, key="w_speed",
+                    on_change=_on_speed,
+                    help="how fast Play steps; the timer restarts at the new speed")
+    b.toggle("Projector", key="w_projector", on_change=_on_projector,
+             help="hides the sidebar and enlarges the type for a 1280×720 projector; keys: "
+                  "→ step, ← back, space play/pause, r reset")
+    c.caption("Keys: **→** step · **←** back · **space** play/pause · **r** reset")
+
+
+def history_slider(lab: Lab) -> None:
+    snaps = lab.snapshots()
+    if len(snaps) < 2:
+        st.caption("History: only the initial state so far.")
+        return
+    # keyed by position: an abort records a second snapshot with the same step number
+    labels = [f"{s.step} (abort)" if s.kind == "abort" else str(s.step) for s in snaps]
+    st.session_state.w_hist = lab.index()
+    st.select_slider("History (step shown)", options=list(range(len(snaps))), key="w_hist",
+                     format_func=labels.__getitem__, on_change=_on_history,
+                     label_visibility="collapsed", help="scrub through the stored snapshots")

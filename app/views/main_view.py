@@ -1,0 +1,94 @@
+"""The main view: title, controls, the lesson, the step shown, narration, metrics and the tabs.
+
+It is a fragment, so a Step (or Play's timer) reruns only this view, not the sidebar.
+
+Play's timer is the fragment's ``run_every``. Streamlit sets a fragment's timer only when the
+whole page runs, so a fragment run that finds Play's state changed since (paused by Reset or by
+new settings, finished, another speed) reruns the whole page to re-arm it: before, a new speed
+kept the old pace until Play was pressed again, and a Reset during Play left the timer rerunning
+the view. The fragment compares with the timer of the page run that registered it, i.e. the one
+the browser got: each page run (app/streamlit_app.py, run afresh by Streamlit every time) reads
+its timer once, before it draws anything, and builds its own fragment around it
+(``main_fragment(timer)``); a fragment rerun calls the function that run built, with that
+timer. (Kept in session state and written when a page run started, it could name a timer whose
+run a newer input had stopped before the fragment was registered: a quick burst of speed
+changes during Play then left the old pace running.)
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import streamlit as st
+
+from app import narration
+from app.figures import metrics
+from app.scenarios import SCENARIOS
+from app.state import Lab
+from app.views import controls, lessons, tabs
+from app.views.common import Shown, engine_label, short_errors
+
+
+def main_fragment(timer: float | None) -> Callable[[], None]:
+    """The main view as a fragment on Play's ``timer`` (seconds between steps, None: no timer),
+    the one this page run read (see above)."""
+
+    @st.fragment(run_every=timer)
+    def main_area() -> None:
+        lab: Lab | None = st.session_state.get("lab")
+        if lab is None:                  # get_lab failed: its short error is already shown
+            return
+        if lab.released:                 # idle-released: get_lab (a whole-page run) revives it
+            st.rerun(scope="app")
+        # in use while drawn (Play's timer reruns only this fragment, so this is its activity)
+        with lab.in_use(), short_errors("the lab"):
+            _main_area(lab, timer)
+
+    return main_area
+
+
+def _main_area(lab: Lab, timer: float | None) -> None:
+    if lab.engine is None and not lab.replaying:
+        if lab.error:
+            st.error(lab.error)
+        st.info("No engine yet: fix the settings in the sidebar and press **Apply & reset**.")
+        return
+    error_slot = st.empty()              # filled after the controls ran (a Step clears errors)
+    lab.tick(controls.play_interval())
+    if controls.play_timer() != timer:   # the timer the browser has (this page run's)
+        st.rerun(scope="app")            # Play's state changed: re-arm the timer (above)
+    title = (f"Replay: {lab.trace_name}" if lab.replaying
+             else SCENARIOS[lab.settings.scenario].label)
+    st.subheader(title, anchor=False)
+    controls.draw(lab)
+    controls.presenter_row(lab)
+    if lab.error:
+        error_slot.error(lab.error)
+    elif lab.notice:
+        error_slot.warning(lab.notice)
+    if st.session_state.get("w_mode") == "Lessons" and not lab.replaying:
+        lessons.lesson_panel(lab)
+    snap = lab.current()
+    total = lab.snapshots()[-1].step
+    state = ("finished" if lab.finished and not lab.replaying else
+             "playing" if lab.playing else "paused")
+    info, slider = st.columns([2, 3], vertical_alignment="center")
+    info.caption(f"Step **{snap.step}** of {total} · {engine_label(snap.semantics)}"
+                 f" · {snap.kind} · {state} · model "
+                 f"`{snap.model}` · `{snap.backend}` · block size {snap.block_size}")
+    with slider:
+        controls.history_slider(lab)
+    if "failed" in snap.backend:
+        st.warning(f"A Triton kernel could not run on this machine, so the torch reference ran "
+                   f"that op instead (outputs are unchanged): `{snap.backend}`")
+    with short_errors("this view"):
+        step_view(lab)
+    st.caption(f"rendered step {snap.step}")
+
+
+def step_view(lab: Lab) -> None:
+    """The narration of the step shown, its metrics, and the tabs."""
+    shown = Shown.of(lab)
+    st.info(narration.narrate(shown.snap, shown.prev, shown.decode))
+    for col, m in zip(st.columns(6), metrics.metrics(shown.snap)):
+        col.metric(m.label, m.value, help=m.help)
+    tabs.draw(shown)

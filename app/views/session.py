@@ -1,0 +1,64 @@
+"""The session's lab (app.state.Lab) and the sidebar's widgets: ``w_<field>`` holds the value
+of each Settings field, ``w_scenario`` and ``w_semantics`` the scenario and the engine."""
+from __future__ import annotations
+
+from dataclasses import fields
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from app import hosting, state
+from app.scenarios import DEFAULT_SCENARIO, Settings
+from app.state import Lab
+from app.views.common import log
+
+FIELDS = [f.name for f in fields(Settings) if f.name not in ("scenario", "semantics")]
+_INTEGERS = ("n", "top_k", "max_tokens", "beam_width", "seed", "block_size", "num_gpu_blocks",
+             "num_cpu_blocks", "max_model_len", "max_num_batched_tokens")
+
+
+def load_widgets(s: Settings) -> None:
+    for name in FIELDS:
+        st.session_state[f"w_{name}"] = getattr(s, name)
+
+
+def show_settings(s: Settings) -> None:
+    """All sidebar widgets, scenario and engine included, show ``s`` (a lesson's settings)."""
+    st.session_state.w_scenario = s.scenario
+    st.session_state.w_semantics = s.semantics
+    load_widgets(s)
+
+
+def settings_from_widgets() -> Settings:
+    ss = st.session_state
+    values = {name: ss[f"w_{name}"] for name in FIELDS}
+    for name in _INTEGERS:
+        v = values[name]
+        values[name] = int(v) if isinstance(v, float) and v.is_integer() else v
+    return Settings(scenario=ss.w_scenario, semantics=ss.w_semantics, **values)
+
+
+def _session_connected(session_id: str) -> bool:
+    """Whether a browser is still connected to this Streamlit session (the sweeper's view)."""
+    from streamlit.runtime import Runtime
+    return not Runtime.exists() or Runtime.instance().is_active_session(session_id)
+
+
+def get_lab() -> Lab:
+    if "lab" not in st.session_state:
+        lab = Lab.create(DEFAULT_SCENARIO)
+        ctx = get_script_run_ctx()
+        lab.session_id = ctx.session_id if ctx else None
+        st.session_state.lab = lab
+        show_settings(lab.settings)
+    lab = st.session_state.lab
+    with lab.in_use():                   # touched first: the sweep below never takes this one
+        try:
+            hosting.apply_torch_threads()
+            state.start_idle_sweeper(is_connected=_session_connected)
+            state.release_idle_labs(is_connected=_session_connected)   # any visit also sweeps
+        except ValueError as exc:        # e.g. a bad PAGED_LAB_IDLE_MINUTES
+            log.error("server settings: %s", exc)
+        if lab.released:                 # this session was idle: a fresh engine, and a note
+            lab.revive()
+    return lab

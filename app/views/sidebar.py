@@ -1,0 +1,163 @@
+"""The sidebar: mode, lesson, scenario, engine, the settings form (Apply & reset), a trace to
+replay. Scenario and engine apply at once (callbacks); the form applies on its button."""
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.sched.registry import SEMANTICS, semantics_of
+
+from app import hosting, trace_io
+from app.scenarios import SCENARIOS, preset, under_engine
+from app.state import Lab
+from app.views import lessons
+from app.views.common import guarded
+from app.views.session import load_widgets, settings_from_widgets, show_settings
+
+# where a preset an engine refuses (v1: beam search) runs instead: an engine that has beams
+BEAM_ENGINE = next(rules.name for rules in SEMANTICS.values() if rules.has_beam_search)
+
+
+@guarded
+def _on_scenario() -> None:
+    lab = st.session_state.lab
+    s = under_engine(preset(st.session_state.w_scenario, lab.settings.model),
+                     lab.settings.semantics
+                     ).replace(backend=lab.settings.backend)  # a scenario keeps engine + kernels
+    if not lab.apply(s) and not semantics_of(s.semantics).has_beam_search:
+        # this engine refuses the preset (v1: beam search): run it under v0 and say why
+        reason = lab.error
+        s = under_engine(s, BEAM_ENGINE)
+        if lab.apply(s):
+            st.session_state.w_semantics = BEAM_ENGINE
+            lab.notice = f"This scenario runs under {semantics_of(BEAM_ENGINE).label}: {reason}"
+    load_widgets(s)
+
+
+@guarded
+def _on_semantics() -> None:
+    lab = st.session_state.lab
+    chosen = st.session_state.w_semantics
+    s = under_engine(lab.settings, chosen)       # the applied settings, under the other engine
+    if lab.apply(s):
+        load_widgets(s)
+    else:                                # e.g. v1 refuses beam search: keep the old engine
+        st.session_state.w_semantics = lab.settings.semantics
+
+
+@guarded
+def _on_trace_upload() -> None:
+    lab = st.session_state.lab
+    f = st.session_state.w_trace
+    if f is None:
+        return
+    try:
+        snapshots = trace_io.load_trace(f.getvalue(),
+                                        max_bytes=st.get_option("server.maxUploadSize") * 1024 * 1024)
+    except ValueError as exc:            # names the problem (size, JSON, the first bad field)
+        lab.error = f"could not load {f.name}: {exc}"
+        return
+    lab.load_trace(snapshots, f.name)
+
+
+def model_field(lab: Lab) -> bool:
+    """A choice among the operator's models (PAGED_LAB_MODELS); free text only with ``*``.
+    A value set around the field (session state, or a list that shrank) is refused with the
+    message, the field goes back to the running model, and False says: do not apply."""
+    allowed = hosting.allowed_models()
+    if allowed is None:
+        st.text_input("Model", key="w_model",
+                      help="'default' (the embedded model), a local Hugging Face folder, or a "
+                           "hub id (needs a network)")
+        return True
+    ok = True
+    asked = st.session_state.get("w_model")
+    if asked is not None and asked not in allowed:
+        try:
+            st.session_state.w_model = hosting.check_model_allowed(asked)
+        except ValueError as exc:
+            lab.error, ok = str(exc), False
+            st.session_state.w_model = (lab.settings.model if lab.settings.model in allowed
+                                        else allowed[0])
+    st.selectbox("Model", allowed, key="w_model",
+                 help="the models this server offers: 'default' is the embedded model; the "
+                      "server's operator lists others in PAGED_LAB_MODELS")
+    return ok
+
+
+def draw(lab: Lab) -> None:
+    with st.sidebar:
+        st.title("PagedAttention Lab")
+        st.radio("Mode", ["Explore", "Lessons"], key="w_mode", horizontal=True,
+                 help="Lessons walk you through a scenario: Next steps the engine to the moment "
+                      "the text describes, then asks a question about what you see.")
+        if st.session_state.w_mode == "Lessons":
+            lessons.lesson_picker(lab, show_settings)
+        st.selectbox("Scenario", list(SCENARIOS), format_func=lambda k: SCENARIOS[k].label,
+                     key="w_scenario", on_change=_on_scenario)
+        st.caption(SCENARIOS[st.session_state.w_scenario].point)
+        st.radio("Engine", list(SEMANTICS), format_func=lambda name: SEMANTICS[name].label,
+                 key="w_semantics", horizontal=True, on_change=_on_semantics,
+                 help="vLLM v0: separate prefill and decode steps, fork + copy-on-write for n > 1 "
+                      "and beams, swap or recompute. vLLM v1: one token budget per step "
+                      "(chunked prefill), n > 1 as child requests sharing the prompt through the "
+                      "prefix cache, recompute-only preemption, block 0 as the null block.")
+        rules = semantics_of(st.session_state.w_semantics)
+        with st.form("settings", border=False):
+            model_ok = model_field(lab)
+            st.text_area("Prompts (one request per line)", key="w_prompts", height=110)
+            a, b = st.columns(2)
+            a.number_input("n (samples)", key="w_n", step=1)
+            b.number_input("beam width", key="w_beam_width", step=1,
+                           help="> 1 = beam search: transformers' scoring, vLLM v0's memory rules "
+                                "(survivors fork, pruned beams free blocks); needs temperature 0")
+            a.number_input("temperature", key="w_temperature", step=0.1, format="%.2f")
+            b.number_input("max tokens", key="w_max_tokens", step=1)
+            a.number_input("block size", key="w_block_size", step=1,
+                           help="tokens per KV block: a power of two")
+            b.number_input("seed", key="w_seed", step=1)
+            a.number_input("GPU pool (blocks)", key="w_num_gpu_blocks", step=1)
+            b.number_input("CPU pool (blocks)", key="w_num_cpu_blocks", step=1,
+                           help="swap space; 0 disables swapping")
+            st.number_input("max_model_len (slots per sequence)", key="w_max_model_len", step=1,
+                            help="the slab a contiguous allocator reserves for every sequence: "
+                                 "the longest prompt + output a sequence may reach (vLLM's "
+                                 "max_model_len). Empty = the model's context.")
+            st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True,
+                     disabled=not rules.has_swap,
+                     help=f"{rules.label} preempts by recompute only (it has no swap)"
+                     if not rules.has_swap else "what happens to a preempted sequence's blocks")
+            st.checkbox("Prefix caching", key="w_enable_prefix_caching",
+                        help="on by default in vLLM v1, off in v0")
+            st.number_input("token budget per step (v1)", key="w_max_num_batched_tokens", step=1,
+                            disabled=not rules.chunks_prefills,
+                            help="vLLM v1's max_num_batched_tokens: the tokens one step may "
+                                 "compute; a longer prompt is computed in chunks (chunked "
+                                 "prefill). v0 computes whole prompts in a prefill step.")
+            with st.expander("More sampling settings"):
+                st.number_input("top-p", key="w_top_p", step=0.05, format="%.2f",
+                                help="sampling only: beam search ranks every token, so with "
+                                     "beam width > 1 it is not used")
+                st.number_input("top-k (-1 = off)", key="w_top_k", step=1,
+                                help="sampling only: not used with beam width > 1")
+                st.number_input("length penalty (beams)", key="w_length_penalty", step=0.1,
+                                format="%.2f", help="beam search only: not used with beam "
+                                                    "width 1")
+                st.checkbox("ignore EOS (always run to max tokens)", key="w_ignore_eos")
+            with st.expander("Kernels"):
+                st.selectbox("Kernel backend", ["auto", "torch", "triton", "triton-legacy"],
+                             key="w_backend",
+                             help="auto: Triton kernels on a CUDA GPU (an op whose kernel fails "
+                                  "to compile or launch falls back to torch, and the page says "
+                                  "so), torch on CPU. torch / triton force one; triton-legacy "
+                                  "is the previous Triton decode/prefill. On CPU, Triton needs "
+                                  "TRITON_INTERPRET=1 set before the server starts.")
+            if st.form_submit_button("Apply & reset", type="primary", width="stretch") \
+                    and model_ok:
+                lab.apply(settings_from_widgets())
+        st.divider()
+        st.file_uploader("Replay a saved trace (.json)", type=["json"], key="w_trace",
+                         on_change=_on_trace_upload)
+        if lab.replaying and st.button("Back to the live engine", width="stretch"):
+            lab.close_trace()
+        st.caption("Weights load once per server and are shared; this browser tab has its own "
+                   "engine, KV pool and history.")
