@@ -41,6 +41,7 @@ from collections import deque
 
 import msgspec
 
+from engine.core.hashing import hash_bytes
 from engine.kv_events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockRemoved,
                                    BlockStored, KVEventBatch, binds, check_endpoint,
                                    offset_endpoint_port, wants_ipv6)
@@ -78,8 +79,8 @@ def to_kv_events(events, block_size: int, medium: str = MEDIUM_GPU, engine=None)
         if kind not in _KV_KINDS:
             continue
         if kind == "cached":
-            h = bytes.fromhex(e.block_hash)
-            parent = bytes.fromhex(e.parent_hash) if e.parent_hash else None
+            h = hash_bytes(e.block_hash)
+            parent = hash_bytes(e.parent_hash) if e.parent_hash else None
             if extra_keys_of is None:
                 extra_keys_of = _extra_keys_reader(engine)
             keys = extra_keys_of(e)
@@ -94,7 +95,7 @@ def to_kv_events(events, block_size: int, medium: str = MEDIUM_GPU, engine=None)
                 run_at, run_seq = len(out), e.seq_id
                 out.append(run)
         elif kind == "evict":
-            h = bytes.fromhex(e.block_hash)
+            h = hash_bytes(e.block_hash)
             removed = BlockRemoved([h], medium, 0)
             if run is not None and run_seq == owner[i] and h not in run.block_hashes:
                 out.insert(run_at, removed)
