@@ -1,16 +1,16 @@
 """The length-only engine's rules, replayed on lengths alone: per-step KV accounting at scale.
 
 With every request n = 1 and ``ignore_eos`` (outputs exactly ``max_tokens`` long, the default
-of engine/workloads.run_trace), the v0 engine with recompute preemption and no prefix caching
+of analysis/workloads.run_trace), the v0 engine with recompute preemption and no prefix caching
 decides nothing from token or block ids, only from how many tokens each request holds. So this
 replays the same rules on those counts and returns what ``Engine.accounting_frame()`` would:
 
-- a step admits waiting requests in arrival order (``Scheduler._admit_prefills``) while the pool
+- a step admits waiting requests in arrival order (``SchedulerV0._admit_prefills``) while the pool
   holds the head's prompt blocks, the block its first decode takes, and the next decode of
   everything running; after the first, while the step's tokens fit ``max_num_batched_tokens``;
   while the running requests stay within ``max_num_seqs``. Such a step is a prefill step: only
   the admitted requests compute (all their tokens) and sample;
-- otherwise every running request decodes one token (``Scheduler._decode``), in arrival order;
+- otherwise every running request decodes one token (``SchedulerV0._decode``), in arrival order;
   one that needs a block when none is free preempts the latest-arrived request not yet served
   (itself when nobody is behind it), which frees its blocks and waits again, by arrival order,
   to be prefilled again with all its tokens;

@@ -55,10 +55,6 @@ class Comparison:
         return e.snapshot if e is not None else None
 
 
-def _counts_preempted_apart(engine: Engine) -> bool:
-    return engine.semantics.counts_preempted_lookups_apart
-
-
 def _count(engine: Engine, kind: str) -> int:
     return engine.event_counts.get(kind, 0)
 
@@ -85,7 +81,7 @@ def compare_table(cmp: Comparison) -> pd.DataFrame:
             # has these counters); v0 counts them above
             "preempted requests' queries / hits (tokens)":
                 f"{st.prefix_cache_preempted_queries} / {st.prefix_cache_preempted_hits}"
-                if _counts_preempted_apart(e) else "counted above",
+                if e.semantics.counts_preempted_lookups_apart else "counted above",
             "preemptions": st.num_preemptions,
             "swaps out": _count(e, "swap_out"),
         }

@@ -43,7 +43,7 @@ import math
 import os
 import re
 
-from engine.models.memory_plan import memory_plan
+from engine.models.memory_plan import checkpoint_facts, memory_plan
 
 DEFAULT_MODEL = "default"
 ANY_MODEL = "*"
@@ -159,13 +159,14 @@ def check_resources(config) -> None:
     """Refuse (ValueError naming the setting) a checkpoint or a KV cache over this server's
     limits. Call only for an allowed model: it resolves the model's folder and reads its
     config.json and safetensors headers, never its weights, and allocates nothing."""
-    plan = memory_plan(config)
-    weights, need, blocks = plan.checkpoint_bytes, plan.kv_cache_bytes, plan.num_blocks
+    weights = checkpoint_facts(config.model)[2]         # before the device is resolved
     limit = max_checkpoint_bytes()
     if weights > limit:
         raise ValueError(f"model {config.model!r} has {_mib(weights)} MiB of weights: this "
                          f"server loads checkpoints up to {_mib(limit)} MiB "
                          "(PAGED_LAB_MAX_CHECKPOINT_MB)")
+    plan = memory_plan(config)
+    need, blocks = plan.kv_cache_bytes, plan.num_blocks
     limit = max_kv_bytes()
     if need > limit:
         per_slot = plan.bytes_per_token_slot

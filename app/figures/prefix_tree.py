@@ -15,7 +15,8 @@ from collections import defaultdict
 import plotly.graph_objects as go
 
 from app.figures.common import OKABE_ITO, empty, style
-from engine.kv_events import CachedBlock, hash_hex
+from engine.kv_events.cache_view import CachedBlock
+from engine.kv_events.wire import hash_hex
 
 TITLE = "Prefix cache (blocks chained by parent hash)"
 MAX_HOVER_TOKENS = 32

@@ -135,7 +135,7 @@ def request_table(snapshot):
 
 def block_size_sweep_figure(frame, current_block_size: int | None = None) -> go.Figure:
     """Token-state share of allocated KV and mean running requests vs block size (from
-    ``engine.block_size_sweep``): small pages waste less, but every page size still beats a
+    ``analysis.block_size_sweep``): small pages waste less, but every page size still beats a
     contiguous slab."""
     title = "Block-size sweep, same requests"
     if frame is None or len(frame) == 0:

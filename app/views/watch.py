@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from engine.kv_events import KVEventSubscriber, PrefixCacheView
+from engine.kv_events.cache_view import PrefixCacheView
+from engine.kv_events.subscriber import KVEventSubscriber
 
 from app.figure_cache import FigureCache
 from app.figures import kv_event_charts, prefix_tree

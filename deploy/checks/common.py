@@ -18,7 +18,8 @@ TICKS = 100          # os.sysconf("SC_CLK_TCK") on Linux
 def write_results(name: str, payload: dict, table=None) -> None:
     """deploy/results/<name>.json, and the table as .csv when one is given."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    for suffix, write in ((".json", lambda p: p.write_text(json.dumps(payload, indent=2, default=float))),
+    as_json = json.dumps(payload, indent=2, default=float)
+    for suffix, write in ((".json", lambda p: p.write_text(as_json)),
                           (".csv", table.to_csv if table is not None else None)):
         if write is not None:
             write(RESULTS / f"{name}{suffix}")

@@ -17,8 +17,9 @@ Invariants (kept by every method here, checked by ``Engine.check_invariants``):
   the front (reused first: it holds nothing anyone can hit), a freed cached block to the back
   (evicted last, least recently released first): vLLM's ``BlockPool.free_blocks``.
 - A hashed block remembers the hash it was chained from and the extra keys (cache salt) that
-  went into it: ``block_hash[b] == hash_block(parent_hash[b], tokens[b], extra_keys[b])``. The predecessor block may be evicted while ``b`` stays
-  cached, so this is what lets the prefix cache be checked sound at any time.
+  went into it: ``block_hash[b] == hash_block(parent_hash[b], tokens[b], extra_keys[b])``
+  (``hashing.py``). The predecessor block may be evicted while ``b`` stays cached, so this is
+  what lets the prefix cache be checked sound at any time.
 - With ``null_block`` (vLLM v1), block 0 is the null block: never handed out, never freed, in
   no table and not on the free queue; so free + used == total - 1 (vLLM v1 block_pool.py).
 """

@@ -1,4 +1,4 @@
-"""The memory rules of docs/architecture.md#memory-rules, checked against the engine's live state.
+"""The memory rules (docs/architecture.md#memory-rules), checked against the live state.
 
 Each failure raises AssertionError whose message names the broken invariant. Called between
 steps (after ``Engine.step`` or ``abort_request`` returns), never inside one.
@@ -116,7 +116,8 @@ def _check_seq_hashes(s: Sequence, pool: BlockPool, bs: int) -> None:
     carries this chain's hash at that position (so a prefix hit on it serves this prefix)."""
     parent = ""
     for i, h in enumerate(s.block_hashes):
-        if h != hash_block(parent, s.token_ids[i * bs:(i + 1) * bs], block_extra_keys(s.cache_salt, i)):
+        tokens = s.token_ids[i * bs:(i + 1) * bs]
+        if h != hash_block(parent, tokens, block_extra_keys(s.cache_salt, i)):
             _fail(HASH_CHAIN, f"seq {s.seq_id} block_hashes[{i}] does not match its tokens")
         parent = h
     for i, b in enumerate(s.block_table):

@@ -47,11 +47,17 @@ def _stamp(path: Path) -> tuple:
                  for f in sorted(path.iterdir()) if f.suffix in (".json", ".safetensors", ".bin"))
 
 
+def checkpoint_facts(model: str) -> tuple[Path, ModelSpec, int]:
+    """(folder, spec, checkpoint bytes) of EngineConfig.model; resolves the folder (a hub id
+    may be fetched)."""
+    path = loader.resolve_model_path(model)
+    return (path, *_model_facts(str(path), _stamp(path)))
+
+
 def memory_plan(config: EngineConfig) -> MemoryPlan:
-    """The memory an engine for ``config`` would take; resolves the model's folder (a hub id
-    may be fetched) and raises ValueError for a device that is not here."""
-    path = loader.resolve_model_path(config.model)
-    spec, weights = _model_facts(str(path), _stamp(path))
+    """The memory an engine for ``config`` would take; raises ValueError for a device that is
+    not here."""
+    path, spec, weights = checkpoint_facts(config.model)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     dtype_bytes = torch.empty((), dtype=dtype).element_size()

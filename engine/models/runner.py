@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from engine.models.attention_metadata import AttentionMetadata
 from engine.config import EngineConfig
-from engine.models.loader import LoadedModel, load_model
-from engine.sched.v0 import ScheduledBatch
+from engine.models.attention_metadata import AttentionMetadata
 from engine.models.device import resolve_device, resolve_dtype
+from engine.models.loader import LoadedModel, load_model
+from engine.sched.interface import ScheduledBatch
 from kernels import get_ops, resolve_backend
+
 
 class ModelRunner:
     def __init__(self, loaded: LoadedModel, num_gpu_blocks: int, num_cpu_blocks: int,

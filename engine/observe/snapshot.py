@@ -11,7 +11,7 @@ from engine.observe.accounting import Accounting, Slab, paged_accounting
 from engine.core.kv_cache_base import KVCacheBase
 from engine.core.block_pool import BlockPool
 from engine.events import Event, event_from_dict
-from engine.core.sequence import SequenceGroup, SeqStatus
+from engine.core.sequence import SequenceGroup
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Sampled tokens in, sequences out: append, fork (n > 1), stop checks, finish, the beam step.
 
-After the forward pass every scheduled group asks for tokens (engine/processing/sampler.py answers all of
-them on the logits' device at once); this module applies the answers:
+After the forward pass every scheduled group asks for tokens (``sampler.py`` answers all of them
+on the logits' device at once); this module applies the answers:
 - greedy / sampled sequences append their token; an n > 1 group forks its n samples from the
   prompt's sequence at its first sample (vLLM v0: the children share every block);
 - a sequence stops at ``max_tokens``, at any EOS id the model lists, or when its text contains
@@ -11,8 +11,8 @@ them on the logits' device at once); this module applies the answers:
   the top k becomes a finished hypothesis, ``length_penalty``, ``early_stopping``) with vLLM
   v0's memory rules (survivors fork from their parent and share its blocks; pruned beams free
   theirs in the same step).
-Text is detokenized incrementally (engine/processing/detokenizer.py) and stop strings are searched only in
-the tail the new token could complete.
+Text is detokenized incrementally (``detokenizer.py``) and stop strings are searched only in the
+tail the new token could complete.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ import torch
 
 from engine import events as ev
 from engine.processing.beam_search import beam_score, is_done, num_candidates, select_candidates
-from engine.core.block_manager import BlockManager
+from engine.core.kv_cache_base import KVCacheBase
 from engine.processing.detokenizer import DetokState, detokenize_step
 from engine.outputs import CompletionOutput, RequestOutput
 from engine.processing.sampler import BeamAsk, TokenAsk, sample_step
-from engine.sched.v0 import ScheduledBatch
+from engine.sched.interface import ScheduledBatch
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 
 
@@ -53,7 +53,9 @@ def cut_at_stop(text: str, hit: tuple[int, str], include: bool) -> str:
 
 
 class OutputProcessor:
-    def __init__(self, bm: BlockManager, eos_token_ids: tuple[int, ...], tokenizer,
+    # ``bm.fork`` is called only for v0 groups (n > 1 / beams): v1 splits them into child
+    # requests before they reach the output processor
+    def __init__(self, bm: KVCacheBase, eos_token_ids: tuple[int, ...], tokenizer,
                  emit: Callable[[ev.Event], None], new_seq_id: Callable[[], int],
                  stop_strings_after_min_tokens: bool = False):
         self.bm = bm

@@ -5,7 +5,7 @@
   batch per step with changes; evictions arrive as BlockRemoved; a cache reset as
   AllBlocksCleared; the rebuilt cache equals the engine's.
 - The wire format is vLLM's: payloads decode with a msgspec schema written here from the field
-  lists of vllm/distributed/kv_events.py (independently of engine/kv_events.py), and payloads
+  lists of vllm/distributed/kv_events.py (independently of engine/kv_events/wire.py), and payloads
   written with that schema decode with ours; frames, sequence numbers and the replay protocol
   are checked with raw sockets.
 - Gaps are filled from the replay socket or reported; malformed messages are counted, skipped.
