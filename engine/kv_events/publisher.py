@@ -41,7 +41,7 @@ from collections import deque
 
 import msgspec
 
-from engine.core.hashing import hash_bytes
+from engine.core.hashing import event_extra_keys, hash_bytes
 from engine.kv_events.wire import (END_SEQ, MEDIUM_GPU, AllBlocksCleared, BlockRemoved,
                                    BlockStored, KVEventBatch, binds, check_endpoint,
                                    offset_endpoint_port, wants_ipv6)
@@ -121,8 +121,7 @@ def _extra_keys_reader(engine):
 
     def extra_keys_of(e):
         if 0 <= e.physical < len(pool.block_hash) and pool.block_hash[e.physical] == e.block_hash:
-            keys = pool.extra_keys[e.physical]
-            return tuple(keys) if keys else None
+            return event_extra_keys(pool.extra_keys[e.physical])
         return None
     return extra_keys_of
 

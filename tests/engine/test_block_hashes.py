@@ -1,16 +1,25 @@
-"""Prefix-cache block hashes are the full sha256 digest (a truncated one could collide and
-silently serve another prefix's K/V), as a hex str everywhere they travel."""
+"""Prefix-cache block hashes are vLLM v1's (sha256 over the pickle of (parent digest or
+NONE_HASH, tuple of token ids, extra keys)), the full digest (a truncated one could collide and
+silently serve another prefix's K/V), as a hex str everywhere they travel. Real vLLM's own
+hashes are compared in tests/vllm_real."""
 import hashlib
 import json
-from array import array
+import pickle
 
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
 from engine.core.hashing import hash_block
 from tests.engine.helpers import run_all
 
 
-def sha(parent: str, tokens: list[int]) -> str:
-    return hashlib.sha256(parent.encode() + array("q", tokens).tobytes()).hexdigest()
+def _sha(obj) -> bytes:
+    return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+
+NONE_HASH = _sha("vllm-none-hash")      # vLLM 0.32's NONE_HASH without PYTHONHASHSEED
+
+
+def sha(parent: str, tokens: list[int], extra=None) -> str:
+    return _sha((bytes.fromhex(parent) if parent else NONE_HASH, tuple(tokens), extra)).hex()
 
 
 def is_full_hex(h) -> bool:
@@ -22,6 +31,22 @@ def test_hash_block_is_the_full_sha256_of_parent_and_tokens():
     assert first == sha("", [1, 2, 3, 4]) and is_full_hex(first)
     second = hash_block(first, [5, 6, 7, 8])
     assert second == sha(first, [5, 6, 7, 8]) and is_full_hex(second)
+
+
+def test_a_cache_salt_is_a_tagged_key_of_the_first_block_only():
+    from engine.core.hashing import block_extra_keys, event_extra_keys
+    keys = block_extra_keys("alice", 0)
+    assert keys == (("cache_salt", "alice"),) and block_extra_keys("alice", 1) is None
+    assert hash_block("", [1, 2], keys) == sha("", [1, 2], (("cache_salt", "alice"),))
+    assert hash_block("", [1, 2], keys) != hash_block("", [1, 2])
+    assert event_extra_keys(keys) == ("alice",) and event_extra_keys(None) is None
+
+
+def test_pythonhashseed_changes_the_first_parent(monkeypatch):
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert hash_block("", [1, 2]) == _sha((_sha("7"), (1, 2), None)).hex()
+    monkeypatch.delenv("PYTHONHASHSEED")
+    assert hash_block("", [1, 2]) == sha("", [1, 2])
 
 
 def test_different_prefixes_give_different_hashes():

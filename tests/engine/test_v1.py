@@ -254,7 +254,7 @@ def test_different_cache_salts_never_share_a_block():
     assert kv.get_computed_blocks(_seq(2, list(range(13)))) == []
     assert kv.get_computed_blocks(_seq(3, list(range(13)), salt="alice")) == a.block_table
     # the salt is an extra key of the first block only; the chain carries it on
-    assert a.block_hashes[0] == hash_block("", list(range(4)), ("alice",))
+    assert a.block_hashes[0] == hash_block("", list(range(4)), (("cache_salt", "alice"),))
     assert a.block_hashes[1] == hash_block(a.block_hashes[0], list(range(4, 8)))
 
 
