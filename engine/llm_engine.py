@@ -73,6 +73,7 @@ class Engine:
         self.num_finished = 0
         self.step_no = 0
         self._arrivals = itertools.count()
+        self._finish_order = itertools.count()
         self.baselines = self.recorder = None
         self.observers = []
         if config.observe:
@@ -209,6 +210,7 @@ class Engine:
             for s in list(group.seqs):
                 self.outputs.finish(group, s, "abort")
             self.scheduler.remove(group)
+            group.finish_order = next(self._finish_order)
         events = self._take_events()
         for o in (*self.observers, *self.publishers):
             o.on_abort(self, request_id, events)
@@ -275,6 +277,7 @@ class Engine:
                 finished = self.outputs.process(sampling, logits, self.step_no)
             for rid in finished:
                 self.scheduler.remove(self.groups[rid])
+                self.groups[rid].finish_order = next(self._finish_order)
             self.num_finished += len(finished)
         self.step_no += 1
         record = StepRecord(self.step_no, batch.kind, self._take_events(), tuple(finished),
@@ -298,8 +301,14 @@ class Engine:
         outs = [self.outputs.request_output(self.groups[r]) for r in rids]
         completions = [dataclasses.replace(o.outputs[0], index=i) for i, o in enumerate(outs)]
         first = outs[0]
+        finished = all(o.finished for o in outs)
+        # vLLM builds the parent's output from the child whose finish completes it
+        # (ParentRequest.get_outputs, then that child's make_request_output), so its
+        # num_cached_tokens is that child's; children finishing in one step finish in the
+        # order they were scheduled, the last one completing the parent
+        last = (max(rids, key=lambda r: self.groups[r].finish_order) if finished else rids[0])
         return RequestOutput(request_id, first.prompt, first.prompt_token_ids, completions,
-                             all(o.finished for o in outs), first.num_cached_tokens)
+                             finished, self.groups[last].num_cached_tokens)
 
     def generate(self, prompts, params: SamplingParams | list[SamplingParams] | None = None,
                  *, sampling_params: SamplingParams | list[SamplingParams] | None = None

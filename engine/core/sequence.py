@@ -82,6 +82,7 @@ class SequenceGroup:
     # vLLM's num_cached_tokens: prompt tokens found in the prefix cache when the request was
     # first scheduled (a later recompute after preemption does not change it); None until then
     num_cached_tokens: int | None = None
+    finish_order: int = -1      # when it finished, among the engine's requests (-1: not yet)
 
     @property
     def is_finished(self) -> bool:

@@ -6,6 +6,8 @@ of its ``EngineSemantics.check_request``.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from engine.config import EngineConfig
 from engine.models.spec import ModelSpec
 from engine.sampling_params import SamplingParams
@@ -107,9 +109,13 @@ class InputProcessor:
         if len(ids) >= self.max_model_len:
             raise ValueError(f"the prompt has {len(ids)} tokens; {self._limit()} leaves no room "
                              "for a new token")
-        if len(ids) + params.max_tokens > self.max_model_len:
-            raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                             f"{self._limit()}")
+        room = self.max_model_len - len(ids)
+        if params.max_tokens > room:
+            # vLLM takes the request and generates up to max_model_len, finishing it with
+            # "length" (v1 check_stop: num_tokens >= max_model_len; v0's StopChecker too):
+            # the same as a max_tokens of what is left
+            params = dataclasses.replace(params, max_tokens=room,
+                                         min_tokens=min(params.min_tokens, room))
         self.semantics.check_prompt(self.config, len(ids))
         if params.beam_width > 1 and 2 * params.beam_width > self.spec.vocab_size:
             raise ValueError(f"beam_width {params.beam_width} is too large for a vocabulary of "

@@ -6,7 +6,13 @@ Follows vLLM's ``vllm/v1/core/sched/scheduler.py`` (FCFS policy; facts, not code
   admission order: a decoding one takes 1 token, one still prefilling its next prompt chunk.
   Then waiting requests, in queue order, take chunks of what is left (chunked prefill), each
   after a prefix-cache lookup. ``long_prefill_token_threshold`` (if > 0) caps one request's
-  chunk. So one step can mix decode tokens and prefill chunks.
+  chunk, but only while more than one request is running or waiting: a lone request has nobody
+  to starve and takes the whole budget. So one step can mix decode tokens and prefill chunks.
+- A waiting request is admitted only if its whole prompt (its whole token list, for a
+  preempted one) fits in the free blocks, not just this step's chunk
+  (``scheduler_reserve_full_isl``, on by default, passed as ``full_sequence_must_fit`` to
+  ``KVCacheManager.allocate_slots``): admitting a chunk that cannot finish would only be
+  preempted later.
 - A request samples only in the step that computes its last known token; a partial chunk's
   logits are thrown away.
 - When the pool cannot give a running request its slots, the most recently admitted running
@@ -69,22 +75,26 @@ class SchedulerV1:
         return len(self.running)
 
     # ---- the step's plan ---------------------------------------------------------------
-    def _chunk(self, seq: Sequence, computed: int, budget: int) -> int:
+    def _chunk(self, seq: Sequence, computed: int, budget: int, threshold: int) -> int:
         num_new = seq.num_tokens - computed
-        if 0 < self.long_prefill_token_threshold < num_new:
-            num_new = self.long_prefill_token_threshold
+        if 0 < threshold < num_new:
+            num_new = threshold
         return min(num_new, budget)
 
     def schedule(self) -> ScheduledBatch:
         self.running = [g for g in self.running if not g.is_finished]
         batch = ScheduledBatch("idle")
+        # the cap exists so a long prefill does not starve others; alone, it takes the budget
+        # (vLLM 0.32 Scheduler.schedule: threshold if num_running + num_waiting > 1 else 0)
+        threshold = (self.long_prefill_token_threshold
+                     if len(self.running) + len(self.waiting) > 1 else 0)
         budget = self.max_num_batched_tokens
         preempted = False
         i = 0
         while i < len(self.running) and budget > 0:
             g = self.running[i]
             seq = g.seqs[0]
-            num_new = self._chunk(seq, seq.num_computed, budget)
+            num_new = self._chunk(seq, seq.num_computed, budget, threshold)
             scheduled = True
             while not self.bm.allocate_slots(seq, num_new):
                 victim = self.running.pop()
@@ -103,7 +113,12 @@ class SchedulerV1:
             g = self.waiting[0]
             seq = g.seqs[0]
             hits = self.bm.get_computed_blocks(seq)
-            num_new = self._chunk(seq, len(hits) * self.bm.block_size, budget)
+            computed = len(hits) * self.bm.block_size
+            num_new = self._chunk(seq, computed, budget, threshold)
+            # the whole token list must fit, not only this chunk (full_sequence_must_fit)
+            if self.bm.blocks_to_allocate(seq, seq.num_tokens - computed, hits) \
+                    > self.bm.gpu.num_free:
+                break
             if not self.bm.allocate_slots(seq, num_new, hits):
                 break
             self.bm.record_prefix_cache_stats(seq, len(hits))     # counted once, when admitted

@@ -23,7 +23,6 @@ REQUEST_CASES = {
     "negative token": ([-1], SamplingParams(), "token ids"),
     "not a prompt": (3.5, SamplingParams(), "string or a list"),
     "prompt longer than context": (list(range(100)) * 3, SamplingParams(), "context"),
-    "prompt + max_tokens over context": ([1] * 250, SamplingParams(max_tokens=10), "context"),
     "n can never fit": ([1] * 10, SamplingParams(n=8, temperature=1, max_tokens=30), "never run"),
     "beams can never fit": ([1] * 10, SamplingParams(beam_width=6, max_tokens=40), "never run"),
     "one request larger than the pool": ([1] * 60, SamplingParams(max_tokens=10), "never run"),
@@ -117,22 +116,34 @@ def test_bad_engine_config(kwargs, words):
 
 
 def test_max_model_len_bounds_requests(tiny_llama):
-    """vLLM's max_model_len: above the model's context is refused; a request that could grow
-    past it is refused before anything changes; the Max baseline reserves exactly it."""
+    """vLLM's max_model_len: above the model's context is refused; a prompt that leaves no room
+    is refused before anything changes; a request whose max_tokens would grow past it runs up
+    to max_model_len and finishes with "length" (vLLM v1 check_stop); the Max baseline
+    reserves exactly it."""
     with pytest.raises(ValueError, match="above the model's context of 256"):
         Engine(EngineConfig(model=tiny_llama[0], max_model_len=257))
     eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=32,
                               max_model_len=24))
     assert eng.max_model_len == 24
     before = eng.snapshot.to_dict()
-    with pytest.raises(ValueError, match=r"exceeds max_model_len \(24 tokens\)"):
-        eng.add_request(list(range(1, 21)), SamplingParams(max_tokens=5))
     with pytest.raises(ValueError, match="max_model_len"):
         eng.add_request(list(range(1, 25)), SamplingParams(max_tokens=1))
     assert eng.snapshot.to_dict() == before and not eng.has_unfinished_requests()
     eng.add_request(list(range(1, 21)), SamplingParams(max_tokens=4, ignore_eos=True))
     snap = eng.step().snapshot
     assert [s.size for s in snap.slabs if s.allocator == "max"] == [24]
+
+
+def test_max_tokens_past_max_model_len_stops_there(tiny_llama):
+    """vLLM v1 check_stop: a request stops with "length" once num_tokens reaches
+    max_model_len, whatever max_tokens says (prompt 20 + max_tokens 10 > 24: 4 tokens)."""
+    for semantics in ("v0", "v1"):
+        eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=32,
+                                  max_model_len=24, semantics=semantics))
+        out = eng.generate([list(range(1, 21))],
+                           SamplingParams(max_tokens=10, min_tokens=8, ignore_eos=True))[0]
+        assert len(out.outputs[0].token_ids) == 4, semantics
+        assert out.outputs[0].finish_reason == "length"
 
 
 def test_unknown_model_is_a_clear_error(tmp_path):

@@ -66,6 +66,51 @@ def test_long_prefill_token_threshold_caps_one_requests_chunk():
         [(0, 0, 10), (1, 0, 10)]
 
 
+def test_a_lone_request_is_not_capped_by_the_long_prefill_threshold():
+    """vLLM 0.32 Scheduler.schedule drops long_prefill_token_threshold when only one request
+    is running or waiting (nobody to starve): an 80-token prompt, budget 64, threshold 32 is
+    computed as 64 + 16, not 32 + 32 + 16. A second request brings the cap back."""
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=80, max_num_batched_tokens=64,
+                                long_prefill_token_threshold=32))
+    eng.add_request([4 + i % 50 for i in range(80)], SamplingParams(max_tokens=9, ignore_eos=True))
+    results = [eng.step(), eng.step()]
+    assert [(e.start, e.end) for e in events(results, "prefill")] == [(0, 64), (64, 80)]
+    eng.add_request([6 + i % 45 for i in range(80)], SamplingParams(max_tokens=2, ignore_eos=True))
+    eng.add_request([5 + i % 40 for i in range(80)], SamplingParams(max_tokens=2, ignore_eos=True))
+    step = eng.step()
+    assert [(e.seq_id, e.end - e.start) for e in step.events if e.kind == "prefill"] == \
+        [(1, 32), (2, 31)]        # request 0 decodes one token of the 64
+
+
+def test_a_waiting_request_is_admitted_only_if_its_whole_prompt_fits():
+    """vLLM's scheduler_reserve_full_isl (full_sequence_must_fit in allocate_slots): 6 blocks of
+    32 (5 usable), budget 80, prompts of 64 and 100 tokens: the second needs 4 blocks but only 3
+    are left, so it waits even though its first 16-token chunk would fit."""
+    eng = Engine.length_only(v1(block_size=32, num_gpu_blocks=6, max_num_batched_tokens=80))
+    eng.add_request([4 + i % 50 for i in range(64)], SamplingParams(max_tokens=30, ignore_eos=True))
+    eng.add_request([5 + i % 40 for i in range(100)], SamplingParams(max_tokens=2, ignore_eos=True))
+    first = eng.step()
+    assert [(e.seq_id, e.start, e.end) for e in first.events if e.kind == "prefill"] == [(0, 0, 64)]
+    assert not [e for e in first.events if e.kind == "preempt"]
+    results = run_all(eng)
+    assert not events(results, "preempt")
+    assert all(eng.get_output(r).finished for r in ("0", "1"))
+
+
+def test_a_parents_num_cached_tokens_is_the_last_finishing_childs():
+    """vLLM builds an n > 1 request's output from the child whose finish completes it
+    (ParentRequest.get_outputs), so num_cached_tokens is that child's: child 0 computes the
+    prompt (0 cached), the others find its full blocks."""
+    eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=40, max_num_batched_tokens=8))
+    rid = eng.add_request(list(range(4, 16)), SamplingParams(n=3, temperature=1.0, seed=1,
+                                                             max_tokens=3, ignore_eos=True))
+    run_all(eng)
+    cached = [eng.groups[c].num_cached_tokens for c in eng.children[rid]]
+    last = max(eng.children[rid], key=lambda c: eng.groups[c].finish_order)
+    assert cached[0] == 0 and eng.groups[last].num_cached_tokens == 8
+    assert eng.get_output(rid).num_cached_tokens == 8
+
+
 def test_a_step_mixes_a_decode_token_and_a_prefill_chunk():
     eng = Engine.length_only(v1(block_size=4, num_gpu_blocks=40, max_num_batched_tokens=8))
     eng.add_request([5, 6, 7], SamplingParams(max_tokens=10, ignore_eos=True))
