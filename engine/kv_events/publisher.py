@@ -126,7 +126,62 @@ def _extra_keys_reader(engine):
     return extra_keys_of
 
 
-class KVEventPublisher(Observer):
+class KVEventBatcher(Observer):
+    """Turns each step's engine events into the batch vLLM would publish for it (see the module
+    doc: one batch per step with events; a reset's or an abort's events are held and go first
+    in the next step's batch, as vLLM publishes queued events in ``update_from_output``).
+    Subclasses say what to do with a batch (``publish``): send it (``KVEventPublisher``) or
+    keep it (``KVEventRecorder``)."""
+
+    def __init__(self, block_size: int = 16, medium: str = MEDIUM_GPU):
+        self.block_size, self.medium = block_size, medium
+        self._closed = False
+        self._held: list = []         # KV events of a reset or an abort, sent with the next step
+
+    def on_step(self, engine, record: StepRecord) -> None:
+        if record.kind == "reset":               # a reset between steps: held (see above)
+            self._hold(engine, record.events)
+        else:
+            self._publish_step(engine, record.events)
+
+    def on_abort(self, engine, request_id: str, events) -> None:
+        self._hold(engine, events)
+
+    def _hold(self, engine, events) -> None:
+        if not self._closed:
+            self._held += to_kv_events(events, self.block_size, self.medium, engine)
+
+    def _publish_step(self, engine, events) -> None:
+        if self._closed:
+            return
+        kv = to_kv_events(events, self.block_size, self.medium, engine)
+        if self._held:                           # a reset's or abort's, first (see above)
+            kv, self._held = self._held + kv, []
+        if kv:                                   # vLLM publishes only steps with events
+            self.publish(kv)
+
+    def publish(self, events: list):
+        raise NotImplementedError
+
+
+class KVEventRecorder(KVEventBatcher):
+    """Keeps the batches instead of sending them: ``batches`` holds (step, events) for every
+    step that had KV events (the step number is the engine's after that step)."""
+
+    def __init__(self, block_size: int = 16, medium: str = MEDIUM_GPU):
+        super().__init__(block_size, medium)
+        self.batches: list[tuple[int, list]] = []
+        self._step = 0
+
+    def on_step(self, engine, record: StepRecord) -> None:
+        self._step = engine.step_no
+        super().on_step(engine, record)
+
+    def publish(self, events: list) -> None:
+        self.batches.append((self._step, events))
+
+
+class KVEventPublisher(KVEventBatcher):
     """Publishes the engine's KV cache events (vLLM's ZmqEventPublisher, non-blocking).
 
     Counters: ``published`` (batches given a sequence number), ``sent``, ``dropped`` (queue
@@ -152,7 +207,8 @@ class KVEventPublisher(Observer):
             replay_endpoint = offset_endpoint_port(
                 check_endpoint(replay_endpoint, "KV events replay endpoint", bind=True),
                 data_parallel_rank)
-        self.topic, self.block_size, self.medium = topic, block_size, medium
+        super().__init__(block_size, medium)
+        self.topic = topic
         self.data_parallel_rank = data_parallel_rank
         self._topic = topic.encode()
         self._encoder = msgspec.msgpack.Encoder()
@@ -165,8 +221,6 @@ class KVEventPublisher(Observer):
         self.last_error: str | None = None
         self._closing = threading.Event()
         self._abort = False
-        self._closed = False
-        self._held: list = []         # KV events of a reset or an abort, sent with the next step
         # sockets are made here, so a bad or busy address fails the engine's construction, then
         # handed to the sender thread, which alone uses them (starting a thread is a barrier)
         ctx = zmq.Context.instance()
@@ -206,29 +260,6 @@ class KVEventPublisher(Observer):
                    replay_endpoint=config.kv_events_replay_endpoint,
                    buffer_steps=config.kv_events_buffer_steps,
                    queue_size=config.kv_events_queue_size, block_size=config.block_size)
-
-    # ---- observer hooks ----------------------------------------------------------------
-    def on_step(self, engine, record: StepRecord) -> None:
-        if record.kind == "reset":               # a reset between steps: held (see above)
-            self._hold(engine, record.events)
-        else:
-            self._publish_step(engine, record.events)
-
-    def on_abort(self, engine, request_id: str, events) -> None:
-        self._hold(engine, events)
-
-    def _hold(self, engine, events) -> None:
-        if not self._closed:
-            self._held += to_kv_events(events, self.block_size, self.medium, engine)
-
-    def _publish_step(self, engine, events) -> None:
-        if self._closed:
-            return
-        kv = to_kv_events(events, self.block_size, self.medium, engine)
-        if self._held:                           # a reset's or abort's, first (see above)
-            kv, self._held = self._held + kv, []
-        if kv:                                   # vLLM publishes only steps with events
-            self.publish(kv)
 
     # ---- publishing --------------------------------------------------------------------
     def publish(self, events: list) -> int | None:

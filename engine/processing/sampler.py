@@ -6,9 +6,10 @@ float64 tensor and copied once (token ids < 2**53 and float32 logprobs are exact
 so a step pays one small device->host copy, never the ``[batch, vocab]`` logits (with a 128k
 vocabulary those are ~0.5 MB per sequence per step).
 
-Seeded sampling draws from each request's own ``torch.Generator``, which lives on the sampling
-device (torch.multinomial needs the generator on the probabilities' device): the same seed
-gives the same tokens on the same device; a CPU and a CUDA generator give different streams.
+A sampled token is drawn as vLLM v1 draws it (``vllm_random.py``: on a CPU the Gumbel-max race
+with vLLM's hashed noise, on a GPU the exponential race), from each request's own
+``torch.Generator`` on the sampling device, so a seeded request gives vLLM's tokens wherever the
+two models' logits agree. A CPU and a CUDA generator give different streams, as in vLLM.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.processing.vllm_random import vllm_sample
 from engine.sampling_params import SamplingParams
 
 
@@ -39,9 +41,11 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch
     """``num_samples`` token ids (a tensor on the logits' device) from one row of logits."""
     if params.is_greedy:
         return torch.argmax(logits).reshape(1).expand(num_samples)
-    scaled = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
-    probs = torch.softmax(scaled, dim=-1)
-    return torch.multinomial(probs, num_samples, replacement=True, generator=generator)
+    # vLLM: float32 logits divided by the temperature, top-k / top-p masked, then the race;
+    # several samples from one row (v0's n > 1 fork) are several races, one after another
+    scaled = filter_top_k_top_p(logits.float() / params.temperature, params.top_k, params.top_p)
+    return torch.tensor([vllm_sample(scaled, generator) for _ in range(num_samples)],
+                        device=logits.device)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,68 @@
+"""Our v1 engine and real vLLM driven by the same calls, compared after every step.
+
+``Lockstep`` applies each call (add a request, abort, reset the prefix cache, step) to both
+engines; ``step()`` returns both views and their first difference (None when identical). The
+differential suite (tests/vllm_real) and the page's lockstep view use it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from real_vllm.adapter import RealVllmEngine, VllmSettings
+from real_vllm.compare import first_difference
+from real_vllm.ours import OurStepViewer
+from real_vllm.state import StepView
+
+
+@dataclass
+class LockstepStep:
+    ours: StepView
+    theirs: StepView
+    difference: str | None
+
+
+@dataclass
+class Lockstep:
+    engine: object                       # our Engine, semantics "v1"
+    vllm: RealVllmEngine
+    steps: list[LockstepStep] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, engine) -> "Lockstep":
+        if engine.semantics.name != "v1":
+            raise ValueError("lockstep with real vLLM needs semantics='v1' (vLLM's current "
+                             "engine)")
+        return cls(engine, RealVllmEngine(VllmSettings.from_engine(engine)))
+
+    def __post_init__(self):
+        self._viewer = OurStepViewer(self.engine)
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params,
+                    cache_salt: str | None = None) -> None:
+        self.engine.add_request(prompt_token_ids, params, request_id, cache_salt=cache_salt)
+        self.vllm.add_request(request_id, prompt_token_ids, params, cache_salt)
+
+    def abort_request(self, request_id: str) -> None:
+        self.engine.abort_request(request_id)
+        self.vllm.abort_request(request_id)
+
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> tuple[bool, bool]:
+        return (self.engine.reset_prefix_cache(reset_running_requests),
+                self.vllm.reset_prefix_cache(reset_running_requests))
+
+    def has_unfinished_requests(self) -> bool:
+        return self.engine.has_unfinished_requests() or self.vllm.has_unfinished_requests()
+
+    def step(self) -> LockstepStep:
+        ours = self._viewer.view(self.engine.step())
+        theirs = self.vllm.step()
+        done = LockstepStep(ours, theirs, first_difference(ours, theirs))
+        self.steps.append(done)
+        return done
+
+    def summary(self) -> str:
+        same = sum(1 for s in self.steps if s.difference is None)
+        return f"identical for {same} of {len(self.steps)} steps"
+
+    def close(self) -> None:
+        self.vllm.close()
