@@ -6,12 +6,14 @@ decides nothing from token or block ids, only from how many tokens each request 
 replays the same rules on those counts and returns what ``Engine.accounting_frame()`` would:
 
 - a step admits waiting requests in arrival order (``SchedulerV0._admit_prefills``) while the pool
-  holds the head's prompt blocks, the block its first decode takes, and the next decode of
-  everything running; after the first, while the step's tokens fit ``max_num_batched_tokens``;
+  holds the head's prompt blocks, a block for its first decode (only the block it really takes
+  when it would run alone), and a block for the next decode of everything running (vLLM v0's
+  worst-case rule); after the first, while the step's tokens fit ``max_num_batched_tokens``;
   while the running requests stay within ``max_num_seqs``. Such a step is a prefill step: only
   the admitted requests compute (all their tokens) and sample;
 - otherwise every running request decodes one token (``SchedulerV0._decode``), in arrival order;
-  one that needs a block when none is free preempts the latest-arrived request not yet served
+  each needs a free block at its turn, even when its token fits in its last block (vLLM v0's
+  ``can_append_slots``); one that finds none preempts the latest-arrived request not yet served
   (itself when nobody is behind it), which frees its blocks and waits again, by arrival order,
   to be prefilled again with all its tokens;
 - a request finishes when it samples its ``max_tokens``-th token; its blocks are freed after
@@ -123,7 +125,7 @@ def replay_paged(add_step, prompt_len, output_len, block_size: int, num_blocks: 
             i += 1
         admitted = 0
         if waiting and not blocked and len(running) < max_num_seqs:
-            reserved = by_residue[-D % bs]       # the running requests' next decode
+            reserved = len(running)   # their next decode: a free block each (v0's worst case)
             batch_tokens = 0
             done = []
             while waiting:
@@ -131,13 +133,14 @@ def replay_paged(add_step, prompt_len, output_len, block_size: int, num_blocks: 
                 t = tokens_of[h]
                 need = -(-t // bs)
                 then = 1 if t % bs == 0 and t + 1 < end[h] else 0   # first_decode_blocks
-                if need + then + reserved > free:
+                alone = not running and not admitted       # then only its exact first decode
+                if need + (then if alone else 1) + reserved > free:
                     break
                 if admitted and batch_tokens + t > max_num_batched_tokens:
                     break
                 if len(running) + len(done) + 1 > max_num_seqs:
                     break
-                reserved += then
+                reserved += 1
                 del waiting[0]
                 free -= need
                 batch_tokens += t
@@ -155,7 +158,8 @@ def replay_paged(add_step, prompt_len, output_len, block_size: int, num_blocks: 
         blocked = bool(waiting) and not admitted
         if not admitted and running:
             r = -D % bs
-            if by_residue[r] <= free:         # everyone gets the block it needs
+            if by_residue[r] < free:   # everyone finds a free block (the last one too) and
+                # gets the block it needs
                 free -= by_residue[r]
                 tokens += len(running)
             else:
@@ -165,10 +169,11 @@ def replay_paged(add_step, prompt_len, output_len, block_size: int, num_blocks: 
                     g = running[lo]
                     lo += 1
                     need = 1 if base[g] % bs == r else 0
-                    while need > free and lo < hi:    # the latest arrival not yet served
+                    # v0's worst-case rule: a free block, even when it takes none
+                    while free < 1 and lo < hi:       # the latest arrival not yet served
                         hi -= 1
                         preempt(running[hi])
-                    if need > free:                   # nobody behind it: preempts itself
+                    if free < 1:                      # nobody behind it: preempts itself
                         preempt(g)
                         continue
                     free -= need
@@ -219,9 +224,10 @@ def _requests(trace: pd.DataFrame, config: EngineConfig, max_model_len: int, mak
     for k, (p, o) in enumerate(zip(prompt, output)):       # InputProcessor.check's rules
         if p < 1:
             raise ValueError(f"request {k}: the prompt is empty")
-        if p + o > max_model_len:
-            raise ValueError(f"request {k}: prompt ({p} tokens) + max_tokens ({o}) exceeds "
-                             f"max_model_len ({max_model_len} tokens)")
+        if p >= max_model_len:
+            raise ValueError(f"request {k}: the prompt has {p} tokens; max_model_len "
+                             f"({max_model_len} tokens) leaves no room for a new token")
+        o = output[k] = min(o, max_model_len - p)    # it stops at max_model_len, as vLLM
         if p > config.max_num_batched_tokens:
             raise ValueError(f"request {k}: the prompt has {p} tokens but v0 prefills a prompt "
                              f"in one step of at most max_num_batched_tokens "

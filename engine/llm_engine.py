@@ -336,7 +336,11 @@ class Engine:
             rids = [self.add_request(pr, p) for pr, p in zip(prompts, params_list)]
             while any(not self.is_finished(r) for r in rids):
                 result = self.step()
-                if result.kind == "idle" and not self.scheduler.running:
+                # an idle step that preempted (v0's worst-case decode rule) makes progress
+                # through the recompute that follows; one with nothing running and no
+                # preemption cannot
+                if result.kind == "idle" and not self.scheduler.running and not any(
+                        e.kind == "preempt" for e in result.events):
                     raise RuntimeError("the scheduler cannot make progress (pool too small?)")
         finally:
             self.observers = observers

@@ -1,8 +1,10 @@
 """Continuous-batching scheduler: waiting / running / swapped queues, FCFS, preemption.
 
 Each step is either a prefill step (newly admitted or recomputed requests) or a decode step
-(one new token for every running sequence), as in vLLM v0. Priority is arrival order: when the
-pool runs dry during decode, the latest-arrived running request is preempted first, by
+(one new token for every running sequence), as in vLLM v0. Priority is arrival order: a group
+decodes only while the pool has a free block for each of its running sequences (vLLM v0's
+worst-case ``can_append_slots``); when it has not, the latest-arrived running request is
+preempted first, by
 recompute (blocks freed, request requeued, prefilled again later) or by swap (blocks moved to
 the CPU pool, moved back before any new request is admitted).
 """
@@ -89,14 +91,19 @@ class SchedulerV0:
                 return batch
         return self._decode(swap_in)
 
+    def _decode_need(self, seqs) -> int:
+        """Free blocks a group's next decode needs: one per running sequence (vLLM v0's
+        worst-case can_append_slots), at least the exact need."""
+        return max(len(seqs), self.bm.blocks_needed_for_append(seqs))
+
     def _swap_in(self) -> list[tuple[int, int]]:
         mapping: list[tuple[int, int]] = []
-        running_need = sum(self.bm.blocks_needed_for_append(r.seqs) for r in self.running)
+        running_need = sum(self._decode_need(r.seqs) for r in self.running)
         while self.swapped:
             g = self.swapped[0]
             # room for its blocks and for its next token, so this step's decode cannot preempt
             # (a step never swaps both ways: the runner copies swap-outs before swap-ins)
-            next_need = self.bm.blocks_needed_for_append(g.seqs)
+            next_need = self._decode_need(g.seqs)
             need = self.bm.blocks_needed_for_swap_in(g.seqs) + next_need + running_need
             if need > self.bm.gpu.num_free:
                 if not self.running and not mapping:
@@ -120,7 +127,11 @@ class SchedulerV0:
         group admitted now is not preempted at the very next step."""
         batch = ScheduledBatch("prefill", is_prefill=True)
         tokens = 0
-        reserved = sum(self.bm.blocks_needed_for_append(r.seqs) for r in self.running)
+        # the next decode of everything running, counted by the decode rule (a free block per
+        # running sequence). A group that would run alone reserves only its exact first
+        # decode, so it is admitted even when the worst case cannot be had: it then progresses
+        # through preemption and recompute, as under vLLM v0.
+        reserved = sum(self._decode_need(r.seqs) for r in self.running)
         while self.waiting:
             g = self.waiting[0]
             first = g.seqs[0]
@@ -129,13 +140,15 @@ class SchedulerV0:
             needs = [self.bm.prefill_need(s, first if s is not first else None) for s in g.seqs]
             need, new_tokens = sum(b for b, _ in needs), sum(t for _, t in needs)
             then = first_decode_blocks(g, self.bm.block_size)
-            if need + then + reserved > self.bm.gpu.num_free:
+            worst_then = max(then, fanout(g))
+            alone = not self.running and not batch.groups
+            if need + (then if alone else worst_then) + reserved > self.bm.gpu.num_free:
                 break
             if batch.groups and tokens + new_tokens > self.max_num_batched_tokens:
                 break
             if self.num_running_seqs() + fanout(g) > self.max_num_seqs:
                 break
-            reserved += then
+            reserved += worst_then
             self.waiting.pop(0)
             for s in g.seqs:
                 start = self.bm.allocate_for_prefill(s, first if s is not first else None)
@@ -161,7 +174,11 @@ class SchedulerV0:
         while queue:
             g = queue.pop(0)
             preempted_self = False
-            while self.bm.blocks_needed_for_append(g.seqs) > self.bm.gpu.num_free:
+            # vLLM v0's can_append_slots "worst-case heuristic": every running sequence needs
+            # a free block before it decodes, even when its token fits in its last block
+            # (get_num_blocks_touched_by_append_slots is >= 1); what is then allocated is the
+            # exact need (a new block at a boundary, copy-on-write copies)
+            while self._decode_need(g.seqs) > self.bm.gpu.num_free:
                 victim = queue.pop() if queue else g
                 batch.swap_out += self._preempt(victim)
                 if victim is g:

@@ -80,7 +80,7 @@ def test_replay_matches_the_engine_on_the_bench_setup(spec):
                           max_model_len=2048)
     info = assert_same(trace, config, 2048)
     if spec is SHAREGPT:          # the v0 scheduler thrashes here: preemption is exercised
-        assert info["preemptions"] > 100
+        assert info["preemptions"] > 20
 
 
 def test_sampled_requests_with_their_own_max_tokens_replay_too():
@@ -105,8 +105,9 @@ def test_a_request_that_can_never_fit_is_refused_like_the_engine():
         engine_run(trace, config, 256)
     with pytest.raises(ValueError, match="never run"):
         replay_trace(trace, config, max_model_len=256)
+    no_room = pd.DataFrame({"arrival_step": [0, 1], "prompt_len": [5, 64], "output_len": [5, 10]})
     with pytest.raises(ValueError, match="max_model_len"):
-        replay_trace(trace, EngineConfig(block_size=4, num_gpu_blocks=64), max_model_len=64)
+        replay_trace(no_room, EngineConfig(block_size=4, num_gpu_blocks=64), max_model_len=64)
     # a v0 prompt longer than the step budget: both refuse it, naming the budget
     budget = EngineConfig(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=16, max_history=1)
     long = pd.DataFrame({"arrival_step": [0], "prompt_len": [20], "output_len": [2]})

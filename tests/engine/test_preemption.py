@@ -42,3 +42,21 @@ def test_preemption_keeps_greedy_outputs(tiny_llama, unconstrained, mode):
         assert again
     assert outputs(eng) == unconstrained
     assert eng.snapshot.stats.used_blocks == 0 and eng.snapshot.stats.cpu_used_blocks == 0
+
+
+def test_v0_decodes_only_with_a_free_block_per_running_sequence():
+    """vLLM v0's can_append_slots is a worst-case rule: a decode needs one free block per
+    running sequence even when the token fits in its last block. A 2-block pool (block_size 16)
+    and a 17-token prompt with 3 new tokens: both blocks are held and none is free, so vLLM v0
+    preempts the request before each decode (twice) and the recompute prefills sample the
+    tokens."""
+    from engine import Engine, EngineConfig, SamplingParams
+    eng = Engine.length_only(EngineConfig(block_size=16, num_gpu_blocks=2))
+    rid = eng.add_request(list(range(4, 21)), SamplingParams(max_tokens=3, ignore_eos=True))
+    results = []
+    while eng.has_unfinished_requests():
+        results.append(eng.step())
+        eng.check_invariants()
+    assert [r.kind for r in results] == ["prefill", "idle", "prefill", "idle", "prefill"]
+    assert len([e for r in results for e in r.events if e.kind == "preempt"]) == 2
+    assert len(eng.get_output(rid).outputs[0].token_ids) == 3
