@@ -106,7 +106,18 @@ WORKLOADS = [
         ("add", "a", toks(410, 100), dict(max_tokens=28, **G)),
         ("add", "b", toks(420, 127), dict(max_tokens=1, **G)), ("run",)],
         dict(max_model_len=128, num_gpu_blocks=10)),
-    Workload("eos_stops_greedy", [
+    Workload("seeded_top_k_top_p", [
+        ("add", "a", toks(450, 20), dict(temperature=0.8, top_k=20, seed=1, max_tokens=15,
+                                         ignore_eos=True)),
+        ("add", "b", toks(460, 20), dict(temperature=1.2, top_p=0.9, seed=2, max_tokens=15,
+                                         ignore_eos=True)),
+        ("add", "c", toks(470, 20), dict(temperature=1.0, top_p=0.8, top_k=50, seed=3,
+                                         max_tokens=15)), ("run",)]),
+    Workload("greedy_beside_seeded_n2_min_tokens", [
+        ("add", "a", toks(480, 33), dict(max_tokens=8)),
+        ("add", "b", toks(480, 33), dict(n=2, temperature=0.7, seed=9, max_tokens=8,
+                                         min_tokens=4, stop_token_ids=[400])), ("run",)]),
+    Workload("eos_allowed_beside_ignore_eos", [
         ("add", "a", toks(430, 12), dict(max_tokens=40)),
         ("add", "b", toks(440, 12), dict(max_tokens=40, ignore_eos=True)), ("run",)]),
 ]
