@@ -14,6 +14,11 @@ import sys
 from pathlib import Path
 
 from engine import Engine, EngineConfig, SamplingParams
+from real_vllm.v0_reference import IMPORT_FAILED
+
+
+class V0Unavailable(RuntimeError):
+    """vLLM 0.8.5's scheduler cannot be imported here (the message says what is missing)."""
 
 V0_DIR_ENV = "VLLM_V0_DIR"
 DEFAULT_V0_DIR = Path(__file__).resolve().parent.parent / ".vllm-v0" / "0.8.5"
@@ -30,6 +35,8 @@ def run_reference(workload: dict | list[dict], where: Path, timeout_s: float = 3
     done = subprocess.run([sys.executable, "-m", "real_vllm.v0_reference", str(where)],
                           input=json.dumps(workload), capture_output=True, text=True,
                           timeout=timeout_s, cwd=Path(__file__).resolve().parent.parent)
+    if done.returncode == IMPORT_FAILED:
+        raise V0Unavailable(done.stderr.strip().splitlines()[-1])
     if done.returncode != 0:
         raise RuntimeError(f"vLLM v0's scheduler failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)

@@ -23,6 +23,7 @@ import sys
 import time
 
 SUPPORTED_V0 = "0.8.5"
+IMPORT_FAILED = 3          # the exit status when its Python files cannot be imported here
 
 
 def run(workload: dict) -> list[dict]:
@@ -120,7 +121,13 @@ def main() -> None:
     sys.path.insert(0, sys.argv[1])
     import logging
     logging.disable(logging.WARNING)
-    import vllm
+    try:
+        import vllm
+        import vllm.core.scheduler                                   # noqa: F401
+    except ImportError as e:       # a package vLLM 0.8.5 needs is missing here
+        print(f"cannot import vLLM {SUPPORTED_V0}'s scheduler: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        raise SystemExit(IMPORT_FAILED)
     if not vllm.__version__.startswith(SUPPORTED_V0):
         raise SystemExit(f"found vLLM {vllm.__version__} in {sys.argv[1]}; the driver reads "
                          f"vLLM {SUPPORTED_V0}'s v0 scheduler")
