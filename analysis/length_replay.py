@@ -217,7 +217,7 @@ def _requests(trace: pd.DataFrame, config: EngineConfig, max_model_len: int, mak
             reason = unsupported(config, params)
             if reason:
                 raise ValueError(f"the length replay cannot run this request: {reason}")
-            output.append(params.max_tokens)
+            output.append(params.max_tokens)       # None: up to max_model_len (capped below)
     # run_trace adds a row at the first step >= its arrival once every row before it was added
     arrival = np.ceil(trace.arrival_step.to_numpy(dtype=float))
     add_step = np.maximum.accumulate(np.maximum(arrival, 0)) if len(trace) else arrival
@@ -227,7 +227,7 @@ def _requests(trace: pd.DataFrame, config: EngineConfig, max_model_len: int, mak
         if p >= max_model_len:
             raise ValueError(f"request {k}: the prompt has {p} tokens; max_model_len "
                              f"({max_model_len} tokens) leaves no room for a new token")
-        o = output[k] = min(o, max_model_len - p)    # it stops at max_model_len, as vLLM
+        o = output[k] = max_model_len - p if o is None else min(o, max_model_len - p)
         if p > config.max_num_batched_tokens:
             raise ValueError(f"request {k}: the prompt has {p} tokens but v0 prefills a prompt "
                              f"in one step of at most max_num_batched_tokens "

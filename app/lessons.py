@@ -256,8 +256,9 @@ LESSONS: dict[str, Lesson] = {lesson.key: lesson for lesson in (
         Checkpoint("Five requests compete for a small pool. They are admitted while the pool "
                    "holds their prompts.", "until the prefill", step_kind("prefill"),
                    Question("How many blocks are free after the prefill?", free_blocks)),
-        Checkpoint("When a decode step needs a block and none is free, the newest sequence is "
-                   "preempted: its blocks are freed and it will be recomputed.",
+        Checkpoint("A decode step needs a free block for each running sequence (vLLM v0's "
+                   "worst case); when there is none, the newest sequence is preempted: its "
+                   "blocks are freed and it will be recomputed.",
                    "until a preemption", has_event("preempt"),
                    Question("Which sequence id was preempted?", preempted_seq,
                             "the latest to arrive loses its blocks first")),

@@ -117,7 +117,10 @@ class Engine:
         return self.inputs.tokenize(prompt)
 
     def blocks_needed_worst_case(self, prompt_len: int, params: SamplingParams) -> int:
-        return blocks_needed_worst_case(prompt_len, params.max_tokens, params.width,
+        # a request stops at max_model_len whatever max_tokens says (input_processor.py)
+        room = self.max_model_len - prompt_len
+        max_tokens = max(1, room if params.max_tokens is None else min(params.max_tokens, room))
+        return blocks_needed_worst_case(prompt_len, max_tokens, params.width,
                                         self.config.block_size)
 
     def check_request(self, prompt, params: SamplingParams | None):
@@ -210,7 +213,8 @@ class Engine:
             for s in list(group.seqs):
                 self.outputs.finish(group, s, "abort")
             self.scheduler.remove(group)
-            group.finish_order = next(self._finish_order)
+            if group.finish_order < 0:         # a child that finished before keeps its place
+                group.finish_order = next(self._finish_order)
         events = self._take_events()
         for o in (*self.observers, *self.publishers):
             o.on_abort(self, request_id, events)
@@ -260,6 +264,9 @@ class Engine:
         t0 = time.perf_counter()
         batch = self.scheduler.schedule()
         finished: list[str] = []
+        if batch.kind == "idle" and (batch.swap_out or batch.swap_in or batch.copies):
+            # nothing to compute, KV to move: v0 swapped a group out before its decode
+            self.runner.move_kv(batch)
         if batch.kind != "idle":
             logits = self.runner.execute(batch)
             for s, end in zip(batch.seqs, batch.ends):

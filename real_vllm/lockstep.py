@@ -2,7 +2,7 @@
 
 ``Lockstep`` applies each call (add a request, abort, reset the prefix cache, step) to both
 engines; ``step()`` returns both views and their first difference (None when identical). The
-differential suite (tests/vllm_real) and the page's lockstep view use it.
+differential suite (tests/vllm_real) uses it; the page does not yet.
 """
 from __future__ import annotations
 
@@ -65,4 +65,5 @@ class Lockstep:
         return f"identical for {same} of {len(self.steps)} steps"
 
     def close(self) -> None:
+        self._viewer.detach()
         self.vllm.close()

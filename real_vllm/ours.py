@@ -28,6 +28,10 @@ class OurStepViewer:
         engine.observers.append(self.recorder)
         self._seen_batches = 0
 
+    def detach(self) -> None:
+        if self.recorder in self.engine.observers:
+            self.engine.observers.remove(self.recorder)
+
     def _request_of(self) -> dict[int, str]:
         return {s.seq_id: g.request_id for g in self.engine.groups.values() for s in g.all_seqs()}
 

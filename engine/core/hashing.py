@@ -57,7 +57,7 @@ def event_extra_keys(extra_keys: tuple | None) -> tuple | None:
     vLLM's ``to_event_extra_keys``."""
     if not extra_keys:
         return None
-    return tuple(k[1] if isinstance(k, tuple) and len(k) == 2 else k for k in extra_keys)
+    return tuple(k[1:] if k[0] == "mm" else k[1] for k in extra_keys)
 
 
 def hash_bytes(block_hash: str) -> bytes:

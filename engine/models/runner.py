@@ -60,8 +60,16 @@ class ModelRunner:
                 return self._execute(batch)
         return self._execute(batch)
 
+    def move_kv(self, batch: ScheduledBatch) -> None:
+        """The batch's KV moves alone: swap-out, swap-in, copy-on-write copies (a step that
+        computes nothing can still swap a preempted group out)."""
+        if self.device.startswith("cuda"):
+            with torch.cuda.device(self.device):
+                return self._move_kv(batch)
+        return self._move_kv(batch)
+
     @torch.inference_mode()
-    def _execute(self, batch: ScheduledBatch) -> torch.Tensor:
+    def _move_kv(self, batch: ScheduledBatch) -> None:
         if batch.swap_out:
             src, dst = zip(*batch.swap_out)
             self.ops.swap_blocks(self.kv_cache, self.cpu_kv_cache, self._ids(src), self._ids(dst))
@@ -71,6 +79,10 @@ class ModelRunner:
         if batch.copies:
             src, dst = zip(*batch.copies)
             self.ops.copy_blocks(self.kv_cache, self._ids(src), self._ids(dst))
+
+    @torch.inference_mode()
+    def _execute(self, batch: ScheduledBatch) -> torch.Tensor:
+        self._move_kv(batch)
 
         seqs = batch.seqs
         spans = list(zip(batch.starts, batch.ends))     # each sequence's tokens [start, end)

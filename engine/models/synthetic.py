@@ -17,5 +17,8 @@ class SyntheticRunner:
         self.vocab_size = vocab_size
         self.generator = torch.Generator().manual_seed(seed)
 
+    def move_kv(self, batch) -> None:
+        """No KV bytes to move without a model."""
+
     def execute(self, batch) -> torch.Tensor:
         return torch.rand(len(batch.seqs), self.vocab_size, generator=self.generator)

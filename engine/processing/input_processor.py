@@ -110,10 +110,11 @@ class InputProcessor:
             raise ValueError(f"the prompt has {len(ids)} tokens; {self._limit()} leaves no room "
                              "for a new token")
         room = self.max_model_len - len(ids)
-        if params.max_tokens > room:
+        if params.max_tokens is None or params.max_tokens > room:
             # vLLM takes the request and generates up to max_model_len, finishing it with
             # "length" (v1 check_stop: num_tokens >= max_model_len; v0's StopChecker too):
-            # the same as a max_tokens of what is left
+            # the same as a max_tokens of what is left, which is also what vLLM's
+            # max_tokens=None means (InputProcessor: max_model_len - prompt length)
             params = dataclasses.replace(params, max_tokens=room,
                                          min_tokens=min(params.min_tokens, room))
         self.semantics.check_prompt(self.config, len(ids))

@@ -44,8 +44,7 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch
     # vLLM: float32 logits divided by the temperature, top-k / top-p masked, then the race;
     # several samples from one row (v0's n > 1 fork) are several races, one after another
     scaled = filter_top_k_top_p(logits.float() / params.temperature, params.top_k, params.top_p)
-    return torch.tensor([vllm_sample(scaled, generator) for _ in range(num_samples)],
-                        device=logits.device)
+    return torch.stack([vllm_sample(scaled, generator) for _ in range(num_samples)])
 
 
 @dataclass(frozen=True)

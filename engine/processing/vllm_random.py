@@ -66,15 +66,17 @@ def cpu_step_seed(generator: torch.Generator) -> int:
     return int(torch.randint(0, 2 ** 31, (1,), generator=generator, dtype=torch.long))
 
 
-def exponential_race(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """vLLM's ``random_sample`` for one row: ``argmax(probs / q)``, q ~ Exp(1)."""
+def exponential_race(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """vLLM's ``random_sample`` for one row: ``argmax(probs / q)``, q ~ Exp(1) (a 0-d tensor
+    on the probabilities' device: no wait for the device)."""
     q = torch.empty_like(probs).exponential_(generator=generator)
-    return int((probs / q).argmax())
+    return (probs / q).argmax()
 
 
-def vllm_sample(logits: torch.Tensor, generator: torch.Generator) -> int:
-    """One token from processed float32 logits (temperature applied, top-k / top-p masked to
-    -inf), drawn as vLLM draws it on the logits' device."""
+def vllm_sample(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token (a 0-d tensor on the logits' device) from processed float32 logits
+    (temperature applied, top-k / top-p masked to -inf), drawn as vLLM draws it there."""
     if logits.device.type == "cpu":
-        return gumbel_argmax(logits, cpu_step_seed(generator))
+        seed = cpu_step_seed(generator)
+        return torch.argmax(logits.double() + gumbel_noise(seed, logits.shape[-1]))
     return exponential_race(torch.softmax(logits, dim=-1, dtype=torch.float32), generator)

@@ -107,7 +107,7 @@ class SchedulerV0:
             need = self.bm.blocks_needed_for_swap_in(g.seqs) + next_need + running_need
             if need > self.bm.gpu.num_free:
                 if not self.running and not mapping:
-                    # cannot happen for requests that passed validation; never deadlock anyway
+                    # nothing running can free blocks for it: recompute it (never deadlock)
                     self.swapped.pop(0)
                     self._recompute(g)
                     continue
@@ -124,7 +124,8 @@ class SchedulerV0:
         """Admit waiting groups (arrival order) while the pool holds their prefill, the blocks
         their first decode will need (a new block at a boundary, or the copy-on-write copies of
         a group that fans out), and the next decode of everything already running -- so a
-        group admitted now is not preempted at the very next step."""
+        group admitted beside others is not preempted at the very next step (one admitted alone
+        reserves only its exact first decode: see the comment below)."""
         batch = ScheduledBatch("prefill", is_prefill=True)
         tokens = 0
         # the next decode of everything running, counted by the decode rule (a free block per
@@ -180,7 +181,10 @@ class SchedulerV0:
             # exact need (a new block at a boundary, copy-on-write copies)
             while self._decode_need(g.seqs) > self.bm.gpu.num_free:
                 victim = queue.pop() if queue else g
-                batch.swap_out += self._preempt(victim)
+                # alone, a group swapped out could only come back to the same shortage: it is
+                # recomputed instead (its prefill then samples its next token)
+                alone = victim is g and not kept
+                batch.swap_out += self._preempt(victim, swap=not alone)
                 if victim is g:
                     preempted_self = True
                     break
@@ -201,9 +205,9 @@ class SchedulerV0:
             batch.kind = "idle"
         return batch
 
-    def _preempt(self, g: SequenceGroup) -> list[tuple[int, int]]:
+    def _preempt(self, g: SequenceGroup, swap: bool = True) -> list[tuple[int, int]]:
         self.num_preemptions += 1
-        if self.preemption_mode == "swap" and self.bm.can_swap_out(g.seqs):
+        if swap and self.preemption_mode == "swap" and self.bm.can_swap_out(g.seqs):
             for s in g.seqs:
                 self.emit(ev.Preempt(s.seq_id, "swap"))
             mapping = self.bm.swap_out(g.seqs)

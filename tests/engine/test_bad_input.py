@@ -197,3 +197,13 @@ def test_vllm_prompt_dicts_and_the_sampling_params_keyword():
     with pytest.raises(ValueError, match="cache_salt must be a non-empty string"):
         eng.generate([{"prompt": "ROMEO:"}, {"prompt": "JULIET:", "cache_salt": 5}], params)
     assert eng.get_num_unfinished_requests() == before      # nothing was queued
+
+
+def test_max_tokens_none_runs_to_max_model_len(tiny_llama):
+    """vLLM's max_tokens=None: the request may run up to max_model_len."""
+    eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=32,
+                              max_model_len=24, semantics="v1"))
+    out = eng.generate([list(range(1, 18))], SamplingParams(max_tokens=None, ignore_eos=True))[0]
+    assert len(out.outputs[0].token_ids) == 7 and out.outputs[0].finish_reason == "length"
+    with pytest.raises(ValueError, match="max_tokens must be None"):
+        SamplingParams(max_tokens=0)

@@ -4,6 +4,7 @@ silently serve another prefix's K/V), as a hex str everywhere they travel. Real 
 hashes are compared in tests/vllm_real."""
 import hashlib
 import json
+import os
 import pickle
 
 from engine import Engine, EngineConfig, SamplingParams, StepSnapshot
@@ -15,7 +16,8 @@ def _sha(obj) -> bytes:
     return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
 
 
-NONE_HASH = _sha("vllm-none-hash")      # vLLM 0.32's NONE_HASH without PYTHONHASHSEED
+# vLLM 0.32's NONE_HASH: the hash of PYTHONHASHSEED when set, else of "vllm-none-hash"
+NONE_HASH = _sha(os.environ.get("PYTHONHASHSEED", "vllm-none-hash"))
 
 
 def sha(parent: str, tokens: list[int], extra=None) -> str:
@@ -46,7 +48,7 @@ def test_pythonhashseed_changes_the_first_parent(monkeypatch):
     monkeypatch.setenv("PYTHONHASHSEED", "7")
     assert hash_block("", [1, 2]) == _sha((_sha("7"), (1, 2), None)).hex()
     monkeypatch.delenv("PYTHONHASHSEED")
-    assert hash_block("", [1, 2]) == sha("", [1, 2])
+    assert hash_block("", [1, 2]) == _sha((_sha("vllm-none-hash"), (1, 2), None)).hex()
 
 
 def test_different_prefixes_give_different_hashes():

@@ -60,3 +60,26 @@ def test_v0_decodes_only_with_a_free_block_per_running_sequence():
     assert [r.kind for r in results] == ["prefill", "idle", "prefill", "idle", "prefill"]
     assert len([e for r in results for e in r.events if e.kind == "preempt"]) == 2
     assert len(eng.get_output(rid).outputs[0].token_ids) == 3
+
+
+def test_a_swap_out_in_a_step_that_computes_nothing_still_copies_the_kv(tiny_llama):
+    """Under v0's worst-case decode rule a step can preempt every running group and compute
+    nothing; the groups it swaps out must still have their K/V copied to the CPU pool, or they
+    come back with garbage (their greedy tokens would change)."""
+    from engine import Engine, EngineConfig, SamplingParams
+
+    def run(blocks: int):
+        eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=blocks,
+                                  num_cpu_blocks=64, preemption_mode="swap"))
+        a = eng.add_request([5, 6, 7, 8, 9], SamplingParams(n=4, temperature=1.0, seed=1,
+                                                            max_tokens=6, ignore_eos=True))
+        b = eng.add_request([11, 12, 13, 14, 15], SamplingParams(max_tokens=8, ignore_eos=True))
+        results = []
+        while eng.has_unfinished_requests():
+            results.append(eng.step())
+            eng.check_invariants()
+        return eng.get_output(b).outputs[0].token_ids, results, eng.get_output(a)
+    tight, results, _ = run(12)
+    roomy, _, _ = run(64)
+    assert any(r.kind == "idle" and any(e.kind == "swap_out" for e in r.events) for r in results)
+    assert tight == roomy

@@ -14,7 +14,7 @@ LAYERS = {
     "kernels": {"engine", "analysis", "real_vllm", "app", "bench", "deploy", "tests"},
     "engine": {"analysis", "real_vllm", "app", "bench", "deploy", "tests"},
     "analysis": {"real_vllm", "app", "bench", "deploy", "tests"},
-    # real vLLM beside the engine: reads our engine like analysis does, serves the page next
+    # real vLLM beside the engine: reads our engine like analysis does (the page may use it)
     "real_vllm": {"analysis", "app", "bench", "deploy", "tests"},
     "app": {"bench", "deploy", "tests"},
 }
