@@ -149,8 +149,9 @@ def check_program(model: str, program: list, roomy_bs: int, small_bs: int, mode:
     if semantics == "v1":   # n children share nothing without prefix caching (the roomy run)
         roomy_need = sum(sp.width * -(-(len(p) + sp.max_tokens - 1) // roomy_bs)
                          for p, sp in reqs) + 2 + null
-    else:
-        roomy_need = sum(worst_case_blocks(len(p), sp, roomy_bs) for p, sp in reqs) + 2
+    else:   # v0 also decodes only with a free block per running sequence (vLLM v0's rule)
+        roomy_need = sum(worst_case_blocks(len(p), sp, roomy_bs) + sp.width
+                         for p, sp in reqs) + 2
     small_need = max((worst_case_blocks(len(p), sp, small_bs) for p, sp in reqs), default=1) + null
     common = dict(model=model, device="cpu", dtype="float32", seed=seed, semantics=semantics)
     roomy = Engine(EngineConfig(block_size=roomy_bs, num_gpu_blocks=roomy_need,
