@@ -64,7 +64,9 @@ def test_workload_matches_real_vllm(vllm_ready, workload):
         assert ls.steps and all(s.difference is None for s in ls.steps)
         batches = sum(len(s.theirs.kv_events) for s in ls.steps)
         sampled = sum(len(t) for s in ls.steps for t in s.theirs.new_tokens.values())
-        assert batches > 0 or workload.name == "eos_allowed_beside_ignore_eos", "no KV events compared"
+        assert batches > 0 or workload.name in ("eos_allowed_beside_ignore_eos",
+                                                "no_prefix_caching_under_pressure"), \
+            "no KV events compared"
         print(f"\n{workload.name}: {ls.summary()}, {batches} KV event batches, "
               f"{sampled} sampled tokens, all equal")
     finally:

@@ -117,6 +117,24 @@ WORKLOADS = [
         ("add", "a", toks(480, 33), dict(max_tokens=8)),
         ("add", "b", toks(480, 33), dict(n=2, temperature=0.7, seed=9, max_tokens=8,
                                          min_tokens=4, stop_token_ids=[400])), ("run",)]),
+    Workload("no_prefix_caching_under_pressure", [
+        *[("add", f"r{i}", toks(100 + 30 * i, 40 + 7 * i), dict(max_tokens=40, **G))
+          for i in range(4)], ("run",)],
+        dict(num_gpu_blocks=8, max_model_len=224, enable_prefix_caching=False)),
+    Workload("block_size_64", [
+        ("add", "a", P64 + toks(5, 70), dict(max_tokens=30, **G)),
+        ("add", "b", P64 + toks(9, 10), dict(max_tokens=30, **G)), ("run",)],
+        dict(block_size=64, num_gpu_blocks=8, max_model_len=448)),
+    Workload("decode_heavy_batch_of_8", [
+        *[("add", f"r{i}", toks(200 + 11 * i, 5 + i), dict(max_tokens=50, **G))
+          for i in range(8)], ("run",)],
+        dict(num_gpu_blocks=12, max_model_len=256, max_num_batched_tokens=64)),
+    Workload("late_arrivals_with_threshold", [
+        ("add", "a", toks(1, 50), dict(max_tokens=30, **G)), ("step", 3),
+        ("add", "b", toks(1, 50), dict(max_tokens=10, **G)), ("step", 2),
+        ("add", "c", toks(7, 90), dict(max_tokens=10, **G)), ("run",)],
+        dict(num_gpu_blocks=10, max_model_len=256, max_num_batched_tokens=48,
+             long_prefill_token_threshold=16)),
     Workload("eos_allowed_beside_ignore_eos", [
         ("add", "a", toks(430, 12), dict(max_tokens=40)),
         ("add", "b", toks(440, 12), dict(max_tokens=40, ignore_eos=True)), ("run",)]),
