@@ -73,7 +73,6 @@ class Engine:
         self.num_finished = 0
         self.step_no = 0
         self._arrivals = itertools.count()
-        self._finish_order = itertools.count()
         self.baselines = self.recorder = None
         self.observers = []
         if config.observe:
@@ -213,8 +212,6 @@ class Engine:
             for s in list(group.seqs):
                 self.outputs.finish(group, s, "abort")
             self.scheduler.remove(group)
-            if group.finish_order < 0:         # a child that finished before keeps its place
-                group.finish_order = next(self._finish_order)
         events = self._take_events()
         for o in (*self.observers, *self.publishers):
             o.on_abort(self, request_id, events)
@@ -284,7 +281,6 @@ class Engine:
                 finished = self.outputs.process(sampling, logits, self.step_no)
             for rid in finished:
                 self.scheduler.remove(self.groups[rid])
-                self.groups[rid].finish_order = next(self._finish_order)
             self.num_finished += len(finished)
         self.step_no += 1
         record = StepRecord(self.step_no, batch.kind, self._take_events(), tuple(finished),

@@ -60,9 +60,9 @@ def run_ours(workload: dict) -> list[dict]:
                     temperature=1.0 if n > 1 else 0.0, seed=0 if n > 1 else None), r["id"])
         if not eng.has_unfinished_requests() and all(r["arrival_step"] < step for r in requests):
             break
-        rid = {s.seq_id: g.request_id for g in eng.groups.values() for s in g.all_seqs()}
         result = eng.step()
-        rid.update({s.seq_id: g.request_id for g in eng.groups.values() for s in g.all_seqs()})
+        # after the step: its forks are known too (a group keeps its finished sequences)
+        rid = {s.seq_id: g.request_id for g in eng.groups.values() for s in g.all_seqs()}
         scheduled: dict[str, int] = {}
         for e in result.events:
             if e.kind == "prefill":

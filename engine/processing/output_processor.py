@@ -16,6 +16,7 @@ tail the new token could complete.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import torch
@@ -72,6 +73,7 @@ class OutputProcessor:
         self.emit = emit
         self.new_seq_id = new_seq_id
         self._detok: dict[int, DetokState] = {}     # seq_id -> incremental text state
+        self._finish_order = itertools.count()       # groups' finishes, in the order they end
 
     # ---- one step's outputs -------------------------------------------------------------
     def process(self, batch: ScheduledBatch, logits: torch.Tensor, step_no: int) -> list[str]:
@@ -203,6 +205,8 @@ class OutputProcessor:
         s.finish_reason = reason
         g.seqs.remove(s)
         g.done_seqs.append(s)
+        if not g.seqs:           # the group's last live sequence: the request has finished
+            g.finish_order = next(self._finish_order)
         self._detok.pop(s.seq_id, None)
         self.emit((ev.BeamPrune if status == SeqStatus.PRUNED else ev.Finish)(s.seq_id, reason))
 
