@@ -78,8 +78,10 @@ def _need(obj, name: str, where: str):
                               f"adapter reads vLLM 0.32's scheduler and cache manager") from None
 
 
-def to_vllm_params(params):
-    """Our SamplingParams as vLLM's (the same field names; beam search is not a v1 request)."""
+def to_vllm_params(params, logprobs: bool = False):
+    """Our SamplingParams as vLLM's (the same field names; beam search is not a v1 request).
+    ``logprobs``: vLLM also returns each sampled token's logprob (``logprobs=0``: the sampled
+    token only), which does not change what is sampled."""
     from vllm import SamplingParams as VllmParams
     if params.use_beam_search:
         raise ValueError("beam search is not a request in vLLM v1's engine (LLM.beam_search "
@@ -90,17 +92,21 @@ def to_vllm_params(params):
                       seed=params.seed, stop=list(params.stop or []) or None,
                       stop_token_ids=list(params.stop_token_ids or []) or None,
                       ignore_eos=params.ignore_eos,
-                      include_stop_str_in_output=params.include_stop_str_in_output)
+                      include_stop_str_in_output=params.include_stop_str_in_output,
+                      logprobs=0 if logprobs else None)
 
 
 class RealVllmEngine:
-    def __init__(self, settings: VllmSettings):
+    """``logprobs``: ask vLLM for each sampled token's logprob (``Completion.logprobs``)."""
+
+    def __init__(self, settings: VllmSettings, logprobs: bool = False):
         EngineArgs, KVEventsConfig, LLMEngine = import_vllm()
         from vllm.platforms import current_platform
         problems = settings.problems(on_cpu=current_platform.is_cpu())
         if problems:
             raise ValueError("real vLLM cannot run these settings: " + "; ".join(problems))
         self.settings = settings
+        self.logprobs = logprobs
         args = EngineArgs(
             model=settings.model, block_size=settings.block_size,
             num_gpu_blocks_override=settings.num_gpu_blocks, max_num_seqs=settings.max_num_seqs,
@@ -129,11 +135,16 @@ class RealVllmEngine:
         self.num_cached_tokens: dict[str, int] = {}
         self.step_no = 0
         self._finished_now: dict[str, str] = {}
+        # vLLM's PrefixCacheStats (tokens), summed over the steps' SchedulerStats, which carry
+        # each step's counts (KVCacheManager.make_prefix_cache_stats resets them)
+        self.prefix_cache = {"queries": 0, "hits": 0, "preempted_queries": 0,
+                             "preempted_hits": 0}
         self._catch(sched)
 
     # ---- what a step did: the original methods, their results kept ----------------------
     def _catch(self, sched) -> None:
         self._scheduled = None
+        self.scheduled_requests: dict[str, tuple[list[int], int, int]] = {}
         self._preempted: list[str] = []
         self._batches: list = []
         self._core_outputs: list = []
@@ -143,8 +154,18 @@ class RealVllmEngine:
         publisher = _need(sched, "kv_event_publisher", "Scheduler")
 
         def caught_schedule(*a, **k):
-            self._scheduled = schedule(*a, **k)
-            return self._scheduled
+            self._scheduled = out = schedule(*a, **k)
+            # each scheduled request as schedule left it (before the step's outputs can finish
+            # and free it): its block table, computed tokens (hits and this step's included)
+            # and token count
+            self.scheduled_requests = {}
+            for rid in out.num_scheduled_tokens:
+                r = sched.requests.get(rid)
+                if r is not None:
+                    self.scheduled_requests[self._ours.get(rid, rid)] = (
+                        [b.block_id for b in self._blocks_of.get(rid, ())],
+                        r.num_computed_tokens, r.num_tokens)
+            return out
 
         def caught_update(*a, **k):
             out = update(*a, **k)
@@ -165,7 +186,7 @@ class RealVllmEngine:
         prompt = {"prompt_token_ids": list(prompt_token_ids)}
         if cache_salt is not None:
             prompt["cache_salt"] = cache_salt
-        internal = self.llm.add_request(request_id, prompt, to_vllm_params(params))
+        internal = self.llm.add_request(request_id, prompt, to_vllm_params(params, self.logprobs))
         self._ours[internal] = request_id
         if params.n > 1:
             kids = [f"{i}_{request_id}" for i in range(params.n)]
@@ -191,6 +212,7 @@ class RealVllmEngine:
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> StepView:
         self._scheduled = None
+        self.scheduled_requests = {}
         self._preempted.clear()
         self._finished_now = {}
         # outputs as the caller sees them: the frontend's RequestOutputs (stop strings are
@@ -205,8 +227,10 @@ class RealVllmEngine:
                 known = self.completions.get(rid)
                 if c.finish_reason is not None and (known is None or known.finish_reason is None):
                     self._finished_now[rid] = str(c.finish_reason)
+                logprobs = ([lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)]
+                            if c.logprobs else [])
                 self.completions[rid] = Completion(list(c.token_ids), c.finish_reason,
-                                                   c.stop_reason, c.text)
+                                                   c.stop_reason, c.text, logprobs)
         self.step_no += 1
         return self.view()
 
@@ -218,6 +242,11 @@ class RealVllmEngine:
         new_tokens = {}
         for outs in self._core_outputs:
             for eco in outs.values():
+                stats = eco.scheduler_stats
+                pc = stats.prefix_cache_stats if stats is not None else None
+                if pc is not None:
+                    for k in self.prefix_cache:
+                        self.prefix_cache[k] += getattr(pc, k)
                 for o in eco.outputs:
                     if o.new_token_ids:
                         new_tokens.setdefault(ours(o.request_id, o.request_id), []).extend(

@@ -2,7 +2,8 @@
 
 ``Lockstep`` applies each call (add a request, abort, reset the prefix cache, step) to both
 engines; ``step()`` returns both views and their first difference (None when identical). The
-differential suite (tests/vllm_real) uses it; the page does not yet.
+differential suite (tests/vllm_real) and the page's real-vLLM engine (real_vllm/page_engine.py)
+use it.
 """
 from __future__ import annotations
 
@@ -28,14 +29,17 @@ class Lockstep:
     steps: list[LockstepStep] = field(default_factory=list)
 
     @classmethod
-    def start(cls, engine) -> "Lockstep":
+    def start(cls, engine, logprobs: bool = False) -> "Lockstep":
         if engine.semantics.name != "v1":
             raise ValueError("lockstep with real vLLM needs semantics='v1' (vLLM's current "
                              "engine)")
-        return cls(engine, RealVllmEngine(VllmSettings.from_engine(engine)))
+        return cls(engine, RealVllmEngine(VllmSettings.from_engine(engine), logprobs))
 
     def __post_init__(self):
         self._viewer = OurStepViewer(self.engine)
+        # how vLLM is stepped: its own step, or an observer's wrapper of it that also reads
+        # its state (real_vllm/snapshots.py)
+        self.step_vllm = self.vllm.step
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params,
                     cache_salt: str | None = None) -> None:
@@ -55,7 +59,7 @@ class Lockstep:
 
     def step(self) -> LockstepStep:
         ours = self._viewer.view(self.engine.step())
-        theirs = self.vllm.step()
+        theirs = self.step_vllm()
         done = LockstepStep(ours, theirs, first_difference(ours, theirs))
         self.steps.append(done)
         return done

@@ -16,6 +16,7 @@ class Completion:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     text: str = ""
+    logprobs: list[float] = field(default_factory=list)   # with RealVllmEngine(logprobs=True)
 
 
 @dataclass

@@ -1,0 +1,297 @@
+"""Real vLLM's state after each step as the page's ``StepSnapshot``s, so every figure of the
+lab (block tables, pool, narration, metrics, waste, timeline, trace export) draws vLLM itself.
+
+An observer of a ``RealVllmEngine`` (real_vllm/adapter.py): after each step it reads vLLM's
+own objects (its requests, ``req_to_blocks``, every block's ``ref_cnt`` and ``block_hash``,
+the free queue, the scheduler's output, the KV event batches it published, its
+``PrefixCacheStats``) and builds the snapshot our engine would build from its own state
+(engine/observe/snapshot.py). Where vLLM keeps no record of a change (it logs no "block
+allocated"), the step's events are read off its state, from schedule's return to the step's
+end (docs/vllm-fidelity.md, "Real vLLM on the page"):
+- ``Alloc`` / ``PrefixHit``: a block new in a request's table right after ``schedule``; a hit
+  when vLLM's block already had a hash (a cached block found by ``find_longest_cache_hit``);
+- ``Prefill`` / ``Append``: the tokens ``schedule`` gave each request;
+- ``Preempt``: each ``_preempt_request`` call, in order;
+- ``Cached`` / ``Evict`` / ``CacheReset``: vLLM's own KV events (BlockStored, BlockRemoved,
+  AllBlocksCleared) of the step;
+- ``Free``: a block whose ``ref_cnt`` went to 0 (cached if it kept its hash);
+- ``Sample`` / ``Finish``: the step's outputs (the sampled tokens' logprobs as vLLM computed
+  them).
+Sequence ids number the requests in the order they were added (an n > 1 request's children
+in index order), as our engine numbers its sequences. A block's tokens are those of the
+requests whose tables hold it, up to their computed tokens; a cached free block keeps its
+tokens (vLLM keeps its K/V), any other free block holds none.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+
+from engine import events as ev
+from engine.kv_events.wire import AllBlocksCleared, BlockRemoved, BlockStored, decode_batch, \
+    hash_hex
+from engine.observe.accounting import Slab, baseline_accounting, paged_accounting
+from engine.observe.baselines import POLICIES, ContiguousAllocator
+from engine.observe.snapshot import BlockState, PoolStats, SeqState, StepSnapshot
+from real_vllm.state import StepView
+
+SEMANTICS = "vllm"          # the snapshots' engine: real vLLM (its label: app/views/common.py)
+PREEMPT_RULE = ("real vLLM preempted the last request of its running queue (the most recently "
+                "admitted) by recompute: blocks freed, computed tokens reset, back to the front "
+                "of the waiting queue")
+
+
+class VllmSnapshots:
+    """Snapshots of ``vllm`` (a RealVllmEngine), one per step, kept in ``history``."""
+
+    def __init__(self, vllm, *, model: str, max_model_len: int, max_history: int = 400):
+        self.vllm = vllm
+        self.model = model
+        self.block_size = bs = vllm.settings.block_size
+        self.num_blocks = len(vllm.pool.blocks)
+        self.null_block = vllm.pool.null_block.block_id
+        kv_config = vllm.scheduler.kv_cache_config
+        self.bytes_per_block = sum(t.size for t in kv_config.kv_cache_tensors) // \
+            max(1, kv_config.num_blocks)
+        from real_vllm.environment import installed_version
+        self.backend = f"real vLLM {installed_version()}"
+        self.device = str(getattr(vllm.llm.vllm_config.device_config, "device_type", "cpu"))
+        self.history: deque[StepSnapshot] = deque(maxlen=max_history)
+        self.event_counts: Counter[str] = Counter()
+        self.accounting_log: list[tuple[int, tuple]] = []
+        self._seq_ids: dict[str, int] = {}           # request id -> sequence id, in add order
+        self._born: dict[str, int] = {}
+        self._prompts: dict[str, list[int]] = {}
+        self._max_tokens: dict[str, int] = {}
+        self._done: dict[str, SeqState] = {}
+        self._tables: dict[str, list[int]] = {}
+        self._tokens: dict[int, tuple[int, ...]] = {}  # block -> the tokens whose K/V it holds
+        self._ref_counts = [0] * self.num_blocks
+        self._hash_to_block: dict[str, int] = {}
+        self._hashes: dict[int, str] = {}
+        self.num_finished = 0
+        self.num_preemptions = 0
+        self._baselines = {p: ContiguousAllocator(p, (self.num_blocks - 1) * bs, max_model_len)
+                           for p in POLICIES}
+        self.recorded = 0
+        self.record(vllm.view(), "init", (), 0.0)
+
+    # ---- requests ------------------------------------------------------------------------
+    def on_add(self, request_id: str, prompt_token_ids: list[int], params) -> None:
+        """A request was added to vLLM (an n > 1 request: each child, as vLLM splits it)."""
+        kids = ([f"{i}_{request_id}" for i in range(params.n)] if params.n > 1
+                else [request_id])
+        for rid in kids:
+            self._seq_ids[rid] = len(self._seq_ids)
+            self._born[rid] = self.vllm.step_no
+            self._prompts[rid] = list(prompt_token_ids)
+            self._max_tokens[rid] = params.max_tokens
+            for a in self._baselines.values():
+                a.add(rid, len(prompt_token_ids), params.max_tokens, 1)
+
+    # ---- steps ---------------------------------------------------------------------------
+    def step(self) -> StepView:
+        """One vLLM step, its view, and the snapshot of it (appended to ``history``)."""
+        t0 = time.perf_counter()
+        view = self.vllm.step()
+        elapsed = time.perf_counter() - t0
+        events = self._events(view)
+        kinds = {e.kind for e in events if e.kind in ("prefill", "append")}
+        kind = ("idle" if not kinds else "mixed" if len(kinds) == 2
+                else "prefill" if "prefill" in kinds else "decode")
+        for rid, reason in view.finished.items():
+            out_len = len(self.vllm.completions[rid].token_ids)
+            for a in self._baselines.values():
+                if out_len < self._max_tokens[rid]:
+                    a.set_output_len(rid, out_len)
+        for a in self._baselines.values():
+            if a.has_unfinished():
+                a.step()
+        self.record(view, kind, tuple(events), elapsed)
+        return view
+
+    def _events(self, view: StepView) -> list[ev.Event]:
+        seq = self._seq_ids
+        vllm = self.vllm
+        out: list[ev.Event] = []
+        freed = set()
+        for rid in view.preempted:                 # its blocks are freed, last block first
+            out.append(ev.Preempt(seq[rid], "recompute", PREEMPT_RULE))
+            for b in reversed(self._tables.pop(rid, [])):
+                if self._ref_counts[b] == 1:
+                    cached = b in self._hashes
+                    out.append(ev.Free(b, cached))
+                    freed.add(b)
+                    if not cached:
+                        self._tokens[b] = ()
+        for batch in view.kv_events:               # evictions precede the allocations
+            for e in decode_batch(batch).events:
+                if isinstance(e, BlockRemoved):
+                    for h in e.block_hashes:
+                        b = self._hash_to_block.get(hash_hex(h), -1)
+                        out.append(ev.Evict(b, hash_hex(h)))
+                        self._tokens.pop(b, None)
+                        self._hashes.pop(b, None)
+        computed_by: dict[int, str] = {}           # block -> the request computing into it
+        bs = self.block_size
+        for rid, (table, computed, num_tokens) in vllm.scheduled_requests.items():
+            before = self._tables.get(rid, [])
+            n = view.scheduled.get(rid, 0)
+            start = computed - n                   # after this step's prefix-cache hits
+            for logical, b in enumerate(table):
+                if (logical + 1) * bs > start:
+                    computed_by.setdefault(b, rid)
+                if logical < len(before) and before[logical] == b:
+                    continue
+                if (logical + 1) * bs <= start:    # its tokens were found, not computed
+                    out.append(ev.PrefixHit(seq[rid], logical, b, view.block_hashes.get(b, "")))
+                else:
+                    out.append(ev.Alloc(seq[rid], logical, b))
+                    self._tokens[b] = ()
+            self._tables[rid] = table
+            tokens = self._token_ids(rid)
+            if n == 1 and start >= len(self._prompts[rid]):
+                b = table[start // bs]
+                out.append(ev.Append(seq[rid], tokens[start], start // bs, b, b * bs + start % bs))
+            elif n:
+                out.append(ev.Prefill(seq[rid], start, computed, num_tokens))
+            self._fill(table, tokens[:computed])
+        hashes_now = view.block_hashes
+        for b, (before, now) in enumerate(zip(self._ref_counts, view.ref_counts)):
+            if before and not now and b != self.null_block and b not in freed:
+                cached = b in hashes_now
+                out.append(ev.Free(b, cached))
+                if not cached:
+                    self._tokens[b] = ()
+        owner = dict(computed_by)
+        for batch in view.kv_events:
+            for e in decode_batch(batch).events:
+                if isinstance(e, BlockStored):
+                    parent = hash_hex(e.parent_block_hash)
+                    for i, h in enumerate(e.block_hashes):
+                        b = next((blk for blk, hx in hashes_now.items() if hx == hash_hex(h)), -1)
+                        toks = tuple(e.token_ids[i * self.block_size:(i + 1) * self.block_size])
+                        rid = owner.get(b)
+                        out.append(ev.Cached(seq[rid] if rid in seq else -1, b, hash_hex(h),
+                                             parent, toks))
+                        parent = hash_hex(h)
+                elif isinstance(e, AllBlocksCleared):
+                    out.append(ev.CacheReset())
+        for rid, tokens in view.new_tokens.items():
+            lps = self.vllm.completions[rid].logprobs if rid in self.vllm.completions else []
+            for i, t in enumerate(tokens):
+                k = len(lps) - len(tokens) + i
+                out.append(ev.Sample(seq[rid], t, lps[k] if 0 <= k < len(lps) else 0.0))
+        for rid, reason in view.finished.items():
+            out.append(ev.Finish(seq[rid], reason))
+        return out
+
+    def _token_ids(self, rid: str) -> list[int]:
+        r = self._request(rid)
+        if r is not None:
+            return list(r.all_token_ids)
+        done = self.vllm.completions.get(rid)
+        return self._prompts[rid] + (list(done.token_ids) if done else [])
+
+    def _request(self, rid: str):
+        internal = self._internal().get(rid)
+        return self.vllm.scheduler.requests.get(internal) if internal is not None else None
+
+    def _internal(self) -> dict[str, str]:
+        return {ours: internal for internal, ours in self.vllm._ours.items()}
+
+    def _fill(self, table: list[int], computed: list[int]) -> None:
+        bs = self.block_size
+        for logical, b in enumerate(table):
+            toks = tuple(computed[logical * bs:(logical + 1) * bs])
+            if len(toks) >= len(self._tokens.get(b, ())):
+                self._tokens[b] = toks
+
+    # ---- the snapshot --------------------------------------------------------------------
+    def record(self, view: StepView, kind: str, events: tuple, step_time: float) -> StepSnapshot:
+        internal = self._internal()
+        requests = self.vllm.scheduler.requests
+        running = set(view.running)
+        seqs, owners = [], {}
+        for rid, sid in self._seq_ids.items():
+            if rid in self._done:
+                seqs.append(self._done[rid])
+                continue
+            r = requests.get(internal.get(rid))
+            table = tuple(view.block_tables.get(rid, ()))
+            for b in table:
+                owners.setdefault(b, []).append(sid)
+            done = self.vllm.completions.get(rid)
+            if r is not None:
+                tokens, computed = tuple(r.all_token_ids), r.num_computed_tokens
+                status, finish = ("running" if rid in running else "waiting"), None
+                self._fill(list(table), list(tokens[:computed]))
+            else:
+                tokens, computed = tuple(self._token_ids(rid)), 0
+                status = "finished"
+                finish = done.finish_reason if done else "abort"
+            text = done.text if done else ""
+            cum = sum(done.logprobs) if done else 0.0
+            state = SeqState(sid, rid, None, self._born[rid], status, tokens,
+                             len(self._prompts[rid]), computed, table, "gpu", text, cum,
+                             finish, False)
+            if status == "finished":
+                self._done[rid] = state
+                self.num_finished += 1
+            seqs.append(state)
+        hashes = view.block_hashes
+        blocks = []
+        free = set(view.free_queue)
+        for b, rc in enumerate(view.ref_counts):
+            h = hashes.get(b)
+            if b == self.null_block:
+                st = "null"
+            else:
+                st = "shared" if rc > 1 else "used" if rc == 1 else "cached" if h else "free"
+            if rc == 0 and not h:
+                self._tokens[b] = ()
+            toks = self._tokens.get(b, ())
+            blocks.append(BlockState(b, "gpu", rc, len(toks), tuple(owners.get(b, ())), h,
+                                     toks, st))
+        self._ref_counts = list(view.ref_counts)
+        self._hashes = dict(hashes)
+        self._hash_to_block = {h: b for b, h in hashes.items()}
+        for rid in list(self._tables):
+            if rid not in view.block_tables:
+                del self._tables[rid]
+        self._tables.update({rid: list(t) for rid, t in view.block_tables.items()})
+        self.num_preemptions += len(view.preempted)
+        used = [s for s in blocks if s.ref_count and s.block_id != self.null_block]
+        usable = self.num_blocks - 1
+        pc = self.vllm.prefix_cache
+        stats = PoolStats(
+            total_blocks=self.num_blocks, free_blocks=len(free), used_blocks=len(used),
+            shared_blocks=sum(1 for s in used if s.ref_count > 1),
+            cached_free_blocks=sum(1 for b in free if b in hashes),
+            used_token_slots=sum(s.filled for s in used),
+            token_capacity=self.num_blocks * self.block_size,
+            bytes_per_block=self.bytes_per_block, cpu_total_blocks=0, cpu_used_blocks=0,
+            num_waiting=len(view.waiting), num_running=len(view.running), num_swapped=0,
+            logical_blocks=sum(len(t) for t in view.block_tables.values()),
+            kv_cache_usage_perc=1 - len(free) / usable if usable else 0.0,
+            prefix_cache_queries=pc["queries"], prefix_cache_hits=pc["hits"],
+            num_preemptions=self.num_preemptions, null_blocks=1,
+            prefix_cache_preempted_queries=pc["preempted_queries"],
+            prefix_cache_preempted_hits=pc["preempted_hits"])
+        accounting = (paged_accounting(stats, self.block_size, len(view.running),
+                                       self.num_finished),) + \
+            tuple(baseline_accounting(a.accounting()) for a in self._baselines.values())
+        slabs = tuple(Slab(p, *row) for p, a in self._baselines.items() for row in a.slabs())
+        snap = StepSnapshot(self.vllm.step_no, kind, self.model, self.backend, self.device,
+                            self.block_size, tuple(seqs), tuple(blocks), (), stats, events,
+                            step_time, accounting, self.recorded, slabs, SEMANTICS)
+        self.recorded += 1
+        if kind != "init":
+            self.accounting_log.append((snap.step, snap.accounting))
+        self.event_counts.update(e.kind for e in events)
+        self.history.append(snap)
+        return snap
+
+    @property
+    def snapshot(self) -> StepSnapshot:
+        return self.history[-1]
