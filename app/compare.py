@@ -25,9 +25,9 @@ class Comparison:
 
     @classmethod
     def build(cls, settings: Settings, build_engine) -> "Comparison":
-        cmp = cls(settings.replace(semantics="v0"))
+        cmp = cls(settings.replace(semantics="v0", real_vllm=False))
         for sem, rules in SEMANTICS.items():      # each with the settings its engine fixes
-            s = settings.replace(semantics=sem, **rules.fixed_settings)
+            s = settings.replace(semantics=sem, real_vllm=False, **rules.fixed_settings)
             try:
                 cmp.engines[sem] = build_engine(s)
             except ValueError as exc:      # shown on the page: no server paths

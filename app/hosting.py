@@ -31,6 +31,12 @@ limits with environment variables (read on every check, so a test can monkeypatc
                                    second thread per tiny step cost more CPU than it saved
                                    (0.10 -> 0.04 s of server CPU per Step click, measured).
                                    Raise it for one user with a large model on the CPU.
+``PAGED_LAB_REAL_VLLM``            how many sessions may run the real vLLM at once (the Engine
+                                   choice "Real vLLM": vLLM in this process, with its own copy
+                                   of the weights and a KV pool bounded like our engine's, and
+                                   about 2 s to start, 7 s the first time). Default 0: off, the
+                                   choice says how to turn it on. One user on their own machine:
+                                   ``PAGED_LAB_REAL_VLLM=1``.
 ``server.maxUploadSize``           (``.streamlit/config.toml``) largest upload, in MB. Default 5.
 
 Every check here runs before anything is loaded: a refused model is never resolved, read or
@@ -116,6 +122,11 @@ def disconnected_seconds() -> float | None:
         pass
     seconds = _number("PAGED_LAB_DISCONNECTED_SECONDS", default, allow_zero=True)
     return seconds or None
+
+
+def real_vllm_sessions() -> int:
+    """Sessions that may run the real vLLM at once; 0 = the choice is off (the default)."""
+    return _number("PAGED_LAB_REAL_VLLM", 0, integer=True, allow_zero=True)
 
 
 def torch_threads() -> int:

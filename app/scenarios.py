@@ -8,7 +8,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from engine.sched.registry import semantics_of
+from engine.sched.registry import SEMANTICS, semantics_of
+
+# The Engine choice that runs the real vLLM (its v1 engine, in this process: real_vllm/), beside
+# our engine's semantics names ("v0", "v1"). Settings keep ``semantics="v1"`` and
+# ``real_vllm=True`` for it: our v1 engine runs the same requests in lockstep.
+REAL_VLLM = "vllm"
+ENGINE_CHOICES = (*SEMANTICS, REAL_VLLM)
+# vLLM's CPU attention takes block sizes that are multiples of 32 (real_vllm/adapter.py)
+REAL_VLLM_BLOCK_MULTIPLE = 32
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class Settings:
     # v1 only: the token budget of one step (vLLM's max_num_batched_tokens); small in the
     # presets so chunked prefill shows. v0 keeps vLLM's large default (whole prompts per step).
     max_num_batched_tokens: int = 16
+    real_vllm: bool = False          # run the real vLLM (semantics "v1"), not our engine
 
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -48,10 +57,21 @@ class Scenario:
     label: str
     point: str                       # what to watch, one sentence
     settings: Settings
+    # the same point under the real vLLM: 32-token blocks (its CPU attention's rule), prompts
+    # long enough to fill them; None where real vLLM cannot run it (beam search)
+    real_vllm: Settings | None = None
 
 
 _JULIET = "ROMEO: But soft, what light through yonder window breaks? It is the east,"
 _PREFIX = "First Citizen: Before we proceed any further, hear me speak. All: Speak, speak."
+# ~60 tokens: two 32-token blocks of shared prefix for real vLLM's prefix preset
+_LONG_PREFIX = (_PREFIX + " First Citizen: You are all resolved rather to die than to famish? "
+                "All: Resolved. resolved.")
+_ROMEO_LONG = ("ROMEO: But soft, what light through yonder window breaks? It is the east, "
+               "and Juliet is the sun. Arise, fair sun,")
+_MIXED = ("ROMEO: My lord, I come", "JULIET: Good night, good night! Parting is",
+          "HAMLET: To be, or not to be", "MACBETH: Tomorrow, and tomorrow, and",
+          "KING LEAR: Blow, winds, and crack")
 
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
     Scenario("single", "Single sequence",
@@ -59,13 +79,19 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
              "is full, so at most one block is partly empty.",
              Settings("single", prompts="ROMEO: But soft, what light", max_tokens=20,
                       block_size=4, num_gpu_blocks=16, max_model_len=32,
-                      max_num_batched_tokens=4)),
+                      max_num_batched_tokens=4),
+             Settings("single", prompts=_ROMEO_LONG, max_tokens=60, block_size=32,
+                      num_gpu_blocks=8, max_model_len=128, max_num_batched_tokens=16)),
     Scenario("parallel", "Parallel sampling (n=4)",
              "After the prefill the 4 samples share every prompt block (refcount 4). On the first "
              "decode step each writes into the shared, partly filled last block: copy-on-write "
              "gives three of them a private copy; the full blocks stay shared.",
              Settings("parallel", prompts=_JULIET, n=4, temperature=0.8, max_tokens=16,
-                      block_size=8, num_gpu_blocks=32, max_model_len=48)),
+                      block_size=8, num_gpu_blocks=32, max_model_len=48),
+             # temperature > 0: a budget no prompt is chunked under (app/state.py says why)
+             Settings("parallel", prompts=_ROMEO_LONG, n=4, temperature=0.8, max_tokens=40,
+                      block_size=32, num_gpu_blocks=24, max_model_len=128,
+                      max_num_batched_tokens=512)),
     Scenario("beam", "Beam search (width 3: transformers' scoring, vLLM v0 memory)",
              "Each step keeps the 3 best candidates: a surviving beam forks (sharing all blocks of "
              "its parent), a pruned beam frees its blocks, and a fork that writes into a shared "
@@ -79,17 +105,22 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
              Settings("prefix", prompts="\n".join(f"{_PREFIX} {w}" for w in
                                                   ("First", "Second", "Citizen")),
                       max_tokens=12, block_size=4, num_gpu_blocks=48,
-                      enable_prefix_caching=True, max_model_len=40)),
+                      enable_prefix_caching=True, max_model_len=40),
+             Settings("prefix", prompts="\n".join(f"{_LONG_PREFIX} {w}" for w in
+                                                  ("First", "Second", "Citizen")),
+                      max_tokens=12, block_size=32, num_gpu_blocks=32,
+                      enable_prefix_caching=True, max_model_len=160,
+                      max_num_batched_tokens=64)),
     Scenario("mixed", "Mixed workload (preemption)",
              "Five requests compete for a pool that cannot hold them all at full length: when it "
              "runs dry the newest sequence is preempted (recompute: blocks freed, prefill again "
              "later; swap: blocks moved to the CPU pool and back).",
-             Settings("mixed", prompts="\n".join((
-                 "ROMEO: My lord, I come", "JULIET: Good night, good night! Parting is",
-                 "HAMLET: To be, or not to be", "MACBETH: Tomorrow, and tomorrow, and",
-                 "KING LEAR: Blow, winds, and crack")),
+             Settings("mixed", prompts="\n".join(_MIXED),
                       temperature=0.8, max_tokens=24, block_size=4, num_gpu_blocks=24,
-                      num_cpu_blocks=24, preemption_mode="recompute", max_model_len=40)),
+                      num_cpu_blocks=24, preemption_mode="recompute", max_model_len=40),
+             Settings("mixed", prompts="\n".join(_MIXED), temperature=0.8, max_tokens=70,
+                      block_size=32, num_gpu_blocks=10, max_model_len=96,
+                      max_num_batched_tokens=480, enable_prefix_caching=True)),
 )}
 
 DEFAULT_SCENARIO = "single"
@@ -126,10 +157,29 @@ def preset(key: str, model: str | None = None) -> Settings:
     return s.replace(model=model) if model else s
 
 
+def engine_choice(s: Settings) -> str:
+    """The Engine choice ``s`` runs under: "v0", "v1" or REAL_VLLM."""
+    return REAL_VLLM if s.real_vllm else s.semantics
+
+
+def rules_of_choice(name: str):
+    """The rules an Engine choice follows (real vLLM: v1's)."""
+    return semantics_of("v1" if name == REAL_VLLM else name)
+
+
 def under_engine(s: Settings, name: str) -> Settings:
-    """``s`` run by the engine ``name``: with the settings that engine always has (read from the
-    engine's registry: v1 caches prefixes and preempts by recompute); a prefix-caching setting
-    the engine does not fix is the one the scenario's preset has."""
+    """``s`` run by the engine ``name`` (an ENGINE_CHOICES name): with the settings that engine
+    always has (read from the engine's registry: v1 caches prefixes and preempts by recompute);
+    a prefix-caching setting the engine does not fix is the one the scenario's preset has.
+    Real vLLM runs v1's rules; where ``s`` has blocks real vLLM's CPU attention refuses, the
+    scenario's real-vLLM preset is taken (same model and kernels)."""
+    if name == REAL_VLLM:
+        base = under_engine(s, "v1").replace(real_vllm=True)
+        vllm_preset = SCENARIOS[s.scenario].real_vllm
+        if base.block_size % REAL_VLLM_BLOCK_MULTIPLE and vllm_preset is not None:
+            return under_engine(vllm_preset.replace(model=s.model, backend=s.backend),
+                                "v1").replace(real_vllm=True)
+        return base
     fixed = dict(semantics_of(name).fixed_settings)
     fixed.setdefault("enable_prefix_caching", SCENARIOS[s.scenario].settings.enable_prefix_caching)
-    return s.replace(semantics=name, **fixed)
+    return s.replace(semantics=name, real_vllm=False, **fixed)

@@ -52,7 +52,9 @@ def parse_prompts(text: str) -> list[str]:
 
 
 def make_config(s: Settings) -> EngineConfig:
-    """Engine settings; a model this server does not offer is refused first, by name only."""
+    """Engine settings; a model this server does not offer is refused first, by name only.
+    Under real vLLM (our v1 beside it) a step schedules at most as many sequences as its token
+    budget, as vLLM requires (max_num_seqs <= max_num_batched_tokens)."""
     model = hosting.check_model_allowed(s.model)
     if s.num_gpu_blocks > MAX_POOL_BLOCKS or s.num_cpu_blocks > MAX_POOL_BLOCKS:
         raise ValueError(f"pool sizes are limited to {MAX_POOL_BLOCKS} blocks in the lab")
@@ -65,7 +67,11 @@ def make_config(s: Settings) -> EngineConfig:
                         preemption_mode=s.preemption_mode,
                         enable_prefix_caching=s.enable_prefix_caching, seed=s.seed,
                         backend=s.backend, max_model_len=s.max_model_len,
-                        max_history=MAX_HISTORY)
+                        max_history=MAX_HISTORY,
+                        **({"max_num_seqs": min(EngineConfig.max_num_seqs,
+                                                s.max_num_batched_tokens)}
+                           if s.real_vllm and isinstance(s.max_num_batched_tokens, int)
+                           and s.max_num_batched_tokens > 0 else {}))
 
 
 def make_params(s: Settings) -> SamplingParams:
@@ -76,11 +82,15 @@ def make_params(s: Settings) -> SamplingParams:
         length_penalty=s.length_penalty if beams else 1.0, ignore_eos=s.ignore_eos)
 
 
-def build_engine(s: Settings) -> Engine:
-    """A fresh engine with the settings' requests queued; ValueError names the first problem."""
+def build_engine(s: Settings, replacing=None):
+    """A fresh engine with the settings' requests queued; ValueError names the first problem.
+    With ``s.real_vllm``, a ``VllmPageEngine`` (real vLLM, our v1 beside it); ``replacing``:
+    the engine it will replace (not counted against PAGED_LAB_REAL_VLLM)."""
     config = make_config(s)          # cheap checks first: nothing is loaded if these fail
     params = make_params(s)
     prompts = parse_prompts(s.prompts)
+    if s.real_vllm:
+        check_real_vllm_allowed(replacing)
     hosting.check_resources(config)  # config.json + weight headers only; nothing allocated yet
     with _build_lock:
         engine = Engine(config)
@@ -89,8 +99,69 @@ def build_engine(s: Settings) -> Engine:
             engine.check_request(p, params)
         except ValueError as exc:
             raise ValueError(f"prompt {i + 1}: {exc}" if len(prompts) > 1 else str(exc)) from None
+    if s.real_vllm:
+        return _start_real_vllm(engine, s, params, prompts)
     for p in prompts:
         engine.add_request(p, params)
+    return engine
+
+
+# ---- real vLLM (the Engine choice "Real vLLM": real_vllm/page_engine.py) --------------------
+_REAL_VLLM_ENGINES: "weakref.WeakSet" = weakref.WeakSet()    # this server's, open or closed
+REAL_VLLM_OFF = ("Real vLLM is off on this server: it runs vLLM inside the server process (its "
+                 "own copy of the weights, seconds to start), so the operator turns it on with "
+                 "PAGED_LAB_REAL_VLLM=N, the number of sessions that may run it at once (1 for "
+                 "one user: PAGED_LAB_REAL_VLLM=1 streamlit run app).")
+
+
+def real_vllm_status() -> tuple[bool, str]:
+    """(usable here, one line for the sidebar): vLLM's version, or why the choice is off."""
+    from real_vllm.environment import vllm_status
+    usable, line = vllm_status()
+    if not usable:
+        return False, line
+    if not hosting.real_vllm_sessions():
+        return False, REAL_VLLM_OFF
+    return True, line
+
+
+def check_real_vllm_allowed(replacing=None) -> None:
+    """ValueError unless vLLM is usable here, the server turned the choice on, and a real-vLLM
+    slot is free (``replacing``, the session's own engine, does not hold one)."""
+    from real_vllm.environment import VllmUnavailable, import_vllm
+    limit = hosting.real_vllm_sessions()
+    if not limit:
+        raise ValueError(REAL_VLLM_OFF)
+    try:
+        import_vllm()
+    except VllmUnavailable as exc:
+        raise ValueError(f"Real vLLM cannot start here: {exc}") from None
+    busy = [e for e in list(_REAL_VLLM_ENGINES) if not e.closed and e is not replacing]
+    if len(busy) >= limit:
+        raise ValueError(f"Real vLLM already runs in {len(busy)} session(s) on this server, the "
+                         f"most it allows at once (PAGED_LAB_REAL_VLLM={limit}): try again when "
+                         "one is released, or choose our vLLM v1 engine (the same rules).")
+
+
+def _start_real_vllm(ours: Engine, s: Settings, params, prompts):
+    """Real vLLM on ``ours``'s settings, refused (ValueError, nothing started) where vLLM
+    would refuse or crash; then the requests, queued in both."""
+    from real_vllm.page_engine import VllmPageEngine, page_settings_problems
+    problems = page_settings_problems(ours, [params] * len(prompts))
+    if problems:
+        ours.close()
+        raise ValueError("Real vLLM cannot run these settings: " + "; ".join(problems)
+                         .replace("block_size", "block size").replace(
+                             "max_num_batched_tokens", "token budget per step"))
+    with _build_lock:
+        engine = VllmPageEngine(ours, seed=s.seed)
+    _REAL_VLLM_ENGINES.add(engine)
+    try:
+        for p in prompts:
+            engine.add_request(p, params)
+    except BaseException:
+        engine.close()
+        raise
     return engine
 
 
@@ -151,6 +222,8 @@ class Lab:
     def release(self, why: str = "idle") -> None:
         """Give back the engine (KV pool, history), a replayed trace and the Compare engines;
         ``why`` ("idle" or "disconnected") is what the note says when the session returns."""
+        if self.engine is not None:
+            self.engine.close()          # real vLLM's engine core, a KV event publisher
         self.engine, self._compare, self._sweep = None, None, None
         self.figures.clear()
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
@@ -180,7 +253,7 @@ class Lab:
     def apply(self, settings: Settings) -> bool:
         """Rebuild from ``settings``; on failure keep everything and set ``error``."""
         try:
-            engine = build_engine(settings)
+            engine = build_engine(settings, replacing=self.engine)
         except Exception as exc:
             self.error = _message(exc)
             return False
@@ -197,7 +270,7 @@ class Lab:
     def comparison(self, fresh: bool = False) -> Comparison:
         """A v0 and a v1 engine on the current settings' requests (built on first use)."""
         if fresh or self._compare is None or self._compare.settings != \
-                self.settings.replace(semantics="v0"):
+                self.settings.replace(semantics="v0", real_vllm=False):
             self._compare = Comparison.build(self.settings, build_engine)
         return self._compare
 

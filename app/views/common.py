@@ -15,6 +15,7 @@ from engine import StepSnapshot
 from engine.sched.registry import SEMANTICS
 
 from app.figure_cache import FigureCache
+from app.scenarios import REAL_VLLM
 from app.state import Lab, unexpected_message
 from app.views.help_texts import HOW_TO_READ
 
@@ -53,11 +54,29 @@ def guarded(callback):
 
 
 # ---- drawing -------------------------------------------------------------------------------
+REAL_VLLM_LABEL = "Real vLLM"
+
+
 def engine_label(name: str) -> str:
-    """How the page names an engine ("vLLM v1"), from the engine's registry; a name it does
-    not know (a trace from elsewhere) as it is."""
+    """How the page names an engine ("vLLM v1"), from the engine's registry, or the real vLLM
+    (app.scenarios.REAL_VLLM, the snapshots' semantics too); a name it does not know (a trace
+    from elsewhere) as it is."""
+    if name == REAL_VLLM:
+        return REAL_VLLM_LABEL
     rules = SEMANTICS.get(name)
     return rules.label if rules is not None else name
+
+
+@contextmanager
+def starting(settings):
+    """A spinner while real vLLM starts (seconds; the first time in a server, vLLM's import
+    too); nothing for our engine, which builds at once."""
+    if not settings.real_vllm:
+        yield
+        return
+    with st.spinner("Starting real vLLM in this server (about 2 s; the first time also "
+                    "imports vLLM, about 7 s)…", show_time=True):
+        yield
 
 
 def how_to_read(key: str) -> None:

@@ -1,7 +1,9 @@
 """The Compare tab: a v0 and a v1 engine on the same requests, stepped together (the engines
-and their numbers: app/compare.py)."""
+and their numbers: app/compare.py); under the Engine choice "Real vLLM", our v1 and the real
+vLLM in lockstep, with each step's agreement (real_vllm/lockstep.py, real_vllm/compare.py)."""
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from engine.sched.registry import SEMANTICS
@@ -9,8 +11,11 @@ from engine.sched.registry import SEMANTICS
 from app import compare as lockstep
 from app import narration
 from app.figures import block_tables, pool_grid
-from app.scenarios import COMPARE_NOTES
-from app.views.common import Shown, guarded
+from app.scenarios import COMPARE_NOTES, REAL_VLLM
+from app.views.common import REAL_VLLM_LABEL, Shown, guarded
+
+AGREEMENT_FIELDS = ("tokens scheduled, preemptions, queues, computed tokens, block tables, ref "
+                    "counts, free blocks, cached hashes, KV events, sampled tokens, finishes")
 
 
 @guarded
@@ -23,10 +28,26 @@ def _on_compare_reset() -> None:
     st.session_state.lab.comparison(fresh=True)
 
 
+@guarded
+def _on_lockstep_step() -> None:
+    lab = st.session_state.lab
+    if lab.step():
+        lab.error = None
+
+
+@guarded
+def _on_real_vllm() -> None:
+    from app.views.sidebar import switch_engine
+    switch_engine(REAL_VLLM)
+
+
 def draw(shown: Shown) -> None:
     lab = shown.lab
     if lab.engine is None or lab.replaying:
         st.info("The comparison runs on the live engine's settings (not on a replayed trace).")
+        return
+    if lab.settings.real_vllm:
+        draw_lockstep(shown)
         return
     cmp = lab.comparison()
     st.markdown(f"**What differs here:** {COMPARE_NOTES.get(lab.settings.scenario, '')}")
@@ -36,6 +57,10 @@ def draw(shown: Shown) -> None:
     run = c[1].button("Run both to the end", key="cmp_run", disabled=cmp.finished,
                       width="stretch")
     c[2].button("Reset both", key="cmp_reset", on_click=_on_compare_reset, width="stretch")
+    c[3].button(f"Compare our v1 with {REAL_VLLM_LABEL.lower()} instead", key="cmp_real",
+                on_click=_on_real_vllm, width="stretch",
+                help="switches the Engine to Real vLLM: our vLLM v1 then runs the same requests "
+                     "beside it, compared after every step")
     if run:
         bar = st.progress(0.0, text="running both engines…")
         for i in range(500):
@@ -61,3 +86,63 @@ def draw(shown: Shown) -> None:
             shown.chart(pool_grid.pool_figure, snap, lab.decode, key=f"cmp_pool_{name}")
             shown.chart(block_tables.block_table_figure, snap, lab.decode,
                         key=f"cmp_tables_{name}")
+
+
+def agreement_line(steps, step: int) -> str:
+    """The agreement of lockstep step ``step`` (its number), in one line."""
+    if step == 0:
+        return "**Step 0**: nothing stepped yet. Each Step runs both engines and compares them."
+    done = next((s for s in steps if s.theirs.step == step), None)
+    if done is None:
+        return f"**Step {step}**: not compared (older than the history kept)."
+    if done.difference is None:
+        return f"**Step {step}: identical** ({AGREEMENT_FIELDS} equal in both engines)."
+    return f"**Step {step} differs**: {done.difference.split(': ', 1)[-1]}"
+
+
+def draw_lockstep(shown: Shown) -> None:
+    """Our v1 and the real vLLM on the same requests, every Step both; the step shown's
+    agreement, the run's summary, and both engines' block tables side by side."""
+    lab, engine = shown.lab, shown.lab.engine
+    steps = engine.steps
+    st.markdown(f"**Our vLLM v1 beside {engine.version}**, in lockstep: every Step runs both "
+                "engines on the same token ids and compares what they did.")
+    c = st.columns([1, 1, 4])
+    c[0].button("Step both", type="primary", key="ls_step", disabled=lab.finished,
+                on_click=_on_lockstep_step, width="stretch")
+    run = c[1].button("Run both to the end", key="ls_run", disabled=lab.finished,
+                      width="stretch")
+    if run:
+        bar = st.progress(0.0, text="running both engines…")
+        for i in range(500):
+            if not lab.step():
+                break
+            bar.progress(min(1.0, (i + 1) / 100), text=f"step {i + 1}")
+        st.rerun(scope="app")
+    snap = shown.snap
+    line = agreement_line(steps, snap.step)
+    (st.success if "identical" in line or snap.step == 0 else st.error)(line)
+    st.markdown(f"**Run so far: {engine.summary()}.**")
+    if steps:
+        rows = [{"step": s.theirs.step,
+                 "tokens scheduled (vLLM)": ", ".join(f"req {r}: {n}" for r, n in
+                                                      s.theirs.scheduled.items()) or "none",
+                 "free blocks (ours / vLLM)": f"{s.ours.num_free_blocks} / "
+                                              f"{s.theirs.num_free_blocks}",
+                 "agreement": "identical" if s.difference is None else s.difference}
+                for s in steps[-200:]]
+        st.dataframe(pd.DataFrame(rows[::-1]), hide_index=True, width="stretch", height=220)
+    ours = next((s for s in reversed(engine.ours.history) if s.step == snap.step
+                 and s.kind != "abort"), None)
+    for col, (title, s) in zip(st.columns(2, gap="medium"),
+                               (("Our vLLM v1", ours), (REAL_VLLM_LABEL, snap))):
+        with col:
+            st.markdown(f"#### {title}")
+            if s is None:
+                st.warning("this step is older than the history kept")
+                continue
+            st.caption(f"step {s.step} · {s.kind} · {s.stats.num_running} running · "
+                       f"{s.stats.num_waiting} waiting · {s.stats.free_blocks} free blocks")
+            key = "ours" if title != REAL_VLLM_LABEL else "vllm"
+            shown.chart(block_tables.block_table_figure, s, lab.decode, key=f"ls_tables_{key}")
+            shown.chart(pool_grid.pool_figure, s, lab.decode, key=f"ls_pool_{key}")

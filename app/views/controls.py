@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.state import Lab
-from app.views.common import guarded
+from app.views.common import guarded, starting
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0)      # Play: steps per second
 
@@ -21,7 +21,8 @@ def _on_step() -> None:
 @guarded
 def _on_reset() -> None:
     lab = st.session_state.lab
-    lab.apply(lab.settings)
+    with starting(lab.settings):
+        lab.apply(lab.settings)
 
 
 @guarded

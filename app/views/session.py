@@ -1,5 +1,6 @@
 """The session's lab (app.state.Lab) and the sidebar's widgets: ``w_<field>`` holds the value
-of each Settings field, ``w_scenario`` and ``w_semantics`` the scenario and the engine."""
+of each Settings field, ``w_scenario`` and ``w_semantics`` the scenario and the engine choice
+("v0", "v1", or "vllm": the real vLLM, ``Settings(semantics="v1", real_vllm=True)``)."""
 from __future__ import annotations
 
 from dataclasses import fields
@@ -8,11 +9,11 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from app import hosting, state
-from app.scenarios import DEFAULT_SCENARIO, Settings
+from app.scenarios import DEFAULT_SCENARIO, REAL_VLLM, Settings, engine_choice
 from app.state import Lab
 from app.views.common import log
 
-FIELDS = [f.name for f in fields(Settings) if f.name not in ("scenario", "semantics")]
+FIELDS = [f.name for f in fields(Settings) if f.name not in ("scenario", "semantics", "real_vllm")]
 _INTEGERS = ("n", "top_k", "max_tokens", "beam_width", "seed", "block_size", "num_gpu_blocks",
              "num_cpu_blocks", "max_model_len", "max_num_batched_tokens")
 
@@ -25,7 +26,7 @@ def load_widgets(s: Settings) -> None:
 def show_settings(s: Settings) -> None:
     """All sidebar widgets, scenario and engine included, show ``s`` (a lesson's settings)."""
     st.session_state.w_scenario = s.scenario
-    st.session_state.w_semantics = s.semantics
+    st.session_state.w_semantics = engine_choice(s)
     load_widgets(s)
 
 
@@ -35,7 +36,9 @@ def settings_from_widgets() -> Settings:
     for name in _INTEGERS:
         v = values[name]
         values[name] = int(v) if isinstance(v, float) and v.is_integer() else v
-    return Settings(scenario=ss.w_scenario, semantics=ss.w_semantics, **values)
+    real = ss.w_semantics == REAL_VLLM
+    return Settings(scenario=ss.w_scenario, semantics="v1" if real else ss.w_semantics,
+                    real_vllm=real, **values)
 
 
 def _session_connected(session_id: str) -> bool:

@@ -6,11 +6,12 @@ import streamlit as st
 
 from engine.sched.registry import SEMANTICS, semantics_of
 
-from app import hosting, trace_io
-from app.scenarios import SCENARIOS, preset, under_engine
+from app import hosting, state, trace_io
+from app.scenarios import (ENGINE_CHOICES, REAL_VLLM, REAL_VLLM_BLOCK_MULTIPLE, SCENARIOS,
+                           engine_choice, preset, rules_of_choice, under_engine)
 from app.state import Lab
 from app.views import lessons
-from app.views.common import guarded
+from app.views.common import engine_label, guarded, starting
 from app.views.session import load_widgets, settings_from_widgets, show_settings
 
 # where a preset an engine refuses (v1: beam search) runs instead: an engine that has beams
@@ -21,9 +22,11 @@ BEAM_ENGINE = next(rules.name for rules in SEMANTICS.values() if rules.has_beam_
 def _on_scenario() -> None:
     lab = st.session_state.lab
     s = under_engine(preset(st.session_state.w_scenario, lab.settings.model),
-                     lab.settings.semantics
+                     engine_choice(lab.settings)
                      ).replace(backend=lab.settings.backend)  # a scenario keeps engine + kernels
-    if not lab.apply(s) and not semantics_of(s.semantics).has_beam_search:
+    with starting(s):
+        applied = lab.apply(s)
+    if not applied and not semantics_of(s.semantics).has_beam_search:
         # this engine refuses the preset (v1: beam search): run it under v0 and say why
         reason = lab.error
         s = under_engine(s, BEAM_ENGINE)
@@ -35,13 +38,27 @@ def _on_scenario() -> None:
 
 @guarded
 def _on_semantics() -> None:
+    switch_engine(st.session_state.w_semantics)
+
+
+def switch_engine(chosen: str) -> None:
+    """Run the applied settings under the Engine choice ``chosen``; if that engine refuses
+    them, the old engine stays (and the choice shows it) with the reason."""
     lab = st.session_state.lab
-    chosen = st.session_state.w_semantics
-    s = under_engine(lab.settings, chosen)       # the applied settings, under the other engine
-    if lab.apply(s):
+    st.session_state.w_semantics = chosen
+    before = lab.settings
+    s = under_engine(before, chosen)             # the applied settings, under the other engine
+    with starting(s):
+        applied = lab.apply(s)
+    if applied:
         load_widgets(s)
+        if chosen == REAL_VLLM and s.block_size != before.block_size:
+            lab.notice = (f"Real vLLM's CPU attention takes blocks of a multiple of "
+                          f"{REAL_VLLM_BLOCK_MULTIPLE} tokens, so this scenario's real-vLLM "
+                          f"preset is loaded: {s.block_size}-token blocks and longer prompts "
+                          "make the same point.")
     else:                                # e.g. v1 refuses beam search: keep the old engine
-        st.session_state.w_semantics = lab.settings.semantics
+        st.session_state.w_semantics = engine_choice(lab.settings)
 
 
 @guarded
@@ -84,6 +101,20 @@ def model_field(lab: Lab) -> bool:
     return ok
 
 
+def real_vllm_caption(lab: Lab) -> None:
+    """Under the Engine choice: which real vLLM runs (and how long it took to start), or why
+    the choice is off here and the one step that turns it on."""
+    engine = lab.engine
+    if lab.settings.real_vllm and engine is not None and hasattr(engine, "startup_s"):
+        st.caption(f"Real vLLM: {engine.version}, stepped in this server (started in "
+                   f"{engine.startup_s:.1f} s); our vLLM v1 runs the same requests beside it: "
+                   "see the Compare tab.")
+        return
+    usable, line = state.real_vllm_status()
+    st.caption(f"Real vLLM: {line} (in this server)" if usable
+               else f"Real vLLM is not available here. {line}")
+
+
 def draw(lab: Lab) -> None:
     with st.sidebar:
         st.title("PagedAttention Lab")
@@ -95,13 +126,17 @@ def draw(lab: Lab) -> None:
         st.selectbox("Scenario", list(SCENARIOS), format_func=lambda k: SCENARIOS[k].label,
                      key="w_scenario", on_change=_on_scenario)
         st.caption(SCENARIOS[st.session_state.w_scenario].point)
-        st.radio("Engine", list(SEMANTICS), format_func=lambda name: SEMANTICS[name].label,
+        st.radio("Engine", list(ENGINE_CHOICES), format_func=engine_label,
                  key="w_semantics", horizontal=True, on_change=_on_semantics,
                  help="vLLM v0: separate prefill and decode steps, fork + copy-on-write for n > 1 "
                       "and beams, swap or recompute. vLLM v1: one token budget per step "
                       "(chunked prefill), n > 1 as child requests sharing the prompt through the "
-                      "prefix cache, recompute-only preemption, block 0 as the null block.")
-        rules = semantics_of(st.session_state.w_semantics)
+                      "prefix cache, recompute-only preemption, block 0 as the null block. "
+                      "Real vLLM: the installed vLLM itself (v1), stepped in this server, every "
+                      "figure drawn from its own state; our v1 runs the same requests beside it "
+                      "(Compare tab). No beam search and no swap there, as in our v1.")
+        real_vllm_caption(lab)
+        rules = rules_of_choice(st.session_state.w_semantics)
         with st.form("settings", border=False):
             model_ok = model_field(lab)
             st.text_area("Prompts (one request per line)", key="w_prompts", height=110)
@@ -153,7 +188,9 @@ def draw(lab: Lab) -> None:
                                   "TRITON_INTERPRET=1 set before the server starts.")
             if st.form_submit_button("Apply & reset", type="primary", width="stretch") \
                     and model_ok:
-                lab.apply(settings_from_widgets())
+                chosen = settings_from_widgets()
+                with starting(chosen):
+                    lab.apply(chosen)
         st.divider()
         st.file_uploader("Replay a saved trace (.json)", type=["json"], key="w_trace",
                          on_change=_on_trace_upload)
