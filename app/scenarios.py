@@ -64,9 +64,10 @@ class Scenario:
 
 _JULIET = "ROMEO: But soft, what light through yonder window breaks? It is the east,"
 _PREFIX = "First Citizen: Before we proceed any further, hear me speak. All: Speak, speak."
-# ~60 tokens: two 32-token blocks of shared prefix for real vLLM's prefix preset
+# 69 tokens of the default model: two full 32-token blocks of shared prefix for real vLLM
 _LONG_PREFIX = (_PREFIX + " First Citizen: You are all resolved rather to die than to famish? "
-                "All: Resolved. resolved.")
+                "All: Resolved. resolved. First Citizen: We are accounted poor citizens, the "
+                "patricians good.")
 _ROMEO_LONG = ("ROMEO: But soft, what light through yonder window breaks? It is the east, "
                "and Juliet is the sun. Arise, fair sun,")
 _MIXED = ("ROMEO: My lord, I come", "JULIET: Good night, good night! Parting is",

@@ -216,6 +216,41 @@ def screenshot_extras(ctx, url: str, out: Path) -> list[Path]:
     return [out / "lesson.png", out / "parallel-compare.png"]
 
 
+def screenshot_real_vllm(ctx, url: str, out: Path, steps: int = 40) -> list[Path]:
+    """The Engine choice "Real vLLM" (the server needs PAGED_LAB_REAL_VLLM >= 1): the shared
+    prefix scenario's block tables drawn from real vLLM, and the lockstep Compare view."""
+    page = ctx.new_page()
+    open_lab(page, url)
+    select_scenario(page, "Shared prefix (prefix caching)")
+    page.get_by_text("Real vLLM", exact=True).click()
+    page.get_by_text("Real vLLM: real vLLM", exact=False).first.wait_for(timeout=120_000)
+    wait_rendered(page, 0, 120_000)
+    for _ in range(3):
+        click_step(page)
+    time.sleep(1.0)
+    snap_page(page, out / "real-vllm.png")
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_text("Step 3: identical", exact=False).first.wait_for(timeout=60_000)
+    time.sleep(1.5)
+    page.evaluate("document.querySelector('[data-testid=\"stMain\"]')?.scrollTo(0, 420)")
+    page.mouse.move(1275, 5)
+    time.sleep(0.8)
+    page.screenshot(path=str(out / "real-vllm-compare.png"))
+    page.close()
+    return [out / "real-vllm.png", out / "real-vllm-compare.png"]
+
+
+def main_real_vllm(url: str, out: Path) -> None:
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        ctx = launch(p, SCREENSHOT_VIEWPORT)
+        try:
+            for path in screenshot_real_vllm(ctx, url, out):
+                print("saved", path)
+        finally:
+            ctx.close()
+
+
 def main_extras(url: str, out: Path) -> None:
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
@@ -231,12 +266,20 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))
     ap.add_argument("--model", default=os.environ.get("PAGED_LAB_MODEL"))
+    ap.add_argument("--real-vllm", action="store_true",
+                    help="only the real-vLLM screenshots (needs vLLM installed: "
+                         "deploy/install_vllm.sh); the server runs with PAGED_LAB_REAL_VLLM=1")
     args = ap.parse_args(argv)
+    if args.real_vllm:
+        os.environ["PAGED_LAB_REAL_VLLM"] = "1"
     from playwright.sync_api import sync_playwright
     port = free_port()
     proc = start_server(port, args.model)
     try:
         wait_healthy(port, proc)
+        if args.real_vllm:
+            main_real_vllm(f"http://127.0.0.1:{port}", Path(args.out))
+            return
         with sync_playwright() as p:
             for path in screenshot_all(f"http://127.0.0.1:{port}", Path(args.out), p):
                 print("saved", path)

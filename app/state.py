@@ -253,7 +253,9 @@ class Lab:
     def apply(self, settings: Settings) -> bool:
         """Rebuild from ``settings``; on failure keep everything and set ``error``."""
         try:
-            engine = build_engine(settings, replacing=self.engine)
+            # real vLLM: the session's own engine does not count against the server's limit
+            engine = (build_engine(settings, replacing=self.engine) if settings.real_vllm
+                      else build_engine(settings))
         except Exception as exc:
             self.error = _message(exc)
             return False

@@ -101,6 +101,10 @@ class VllmPageEngine:
         return self.observer.num_finished
 
     @property
+    def cache_view(self):
+        return self.observer.cache_view
+
+    @property
     def steps(self) -> list[LockstepStep]:
         return self.lockstep.steps
 

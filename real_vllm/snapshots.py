@@ -28,6 +28,8 @@ import time
 from collections import Counter, deque
 
 from engine import events as ev
+from engine.kv_events.cache_view import PrefixCacheView
+from engine.kv_events.subscriber import ReceivedBatch
 from engine.kv_events.wire import AllBlocksCleared, BlockRemoved, BlockStored, decode_batch, \
     hash_hex
 from engine.observe.accounting import Slab, baseline_accounting, paged_accounting
@@ -73,6 +75,9 @@ class VllmSnapshots:
         self.num_preemptions = 0
         self._baselines = {p: ContiguousAllocator(p, (self.num_blocks - 1) * bs, max_model_len)
                            for p in POLICIES}
+        # real vLLM's prefix cache rebuilt from the KV event batches it published, as the
+        # Watch view rebuilds a vllm serve's (the prefix tree draws it)
+        self.cache_view = PrefixCacheView()
         self.recorded = 0
         self.record(vllm.view(), "init", (), 0.0)
 
@@ -96,6 +101,11 @@ class VllmSnapshots:
         view = self.vllm.step()
         elapsed = time.perf_counter() - t0
         events = self._events(view)
+        for payload in view.kv_events:
+            batch = decode_batch(payload)
+            self.cache_view.apply(ReceivedBatch(self.cache_view.batches, float(view.step),
+                                                tuple(batch.events),
+                                                batch.data_parallel_rank or 0))
         kinds = {e.kind for e in events if e.kind in ("prefill", "append")}
         kind = ("idle" if not kinds else "mixed" if len(kinds) == 2
                 else "prefill" if "prefill" in kinds else "decode")

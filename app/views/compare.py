@@ -107,7 +107,7 @@ def draw_lockstep(shown: Shown) -> None:
     steps = engine.steps
     st.markdown(f"**Our vLLM v1 beside {engine.version}**, in lockstep: every Step runs both "
                 "engines on the same token ids and compares what they did.")
-    c = st.columns([1, 1, 4])
+    c = st.columns([1, 1.5, 3])
     c[0].button("Step both", type="primary", key="ls_step", disabled=lab.finished,
                 on_click=_on_lockstep_step, width="stretch")
     run = c[1].button("Run both to the end", key="ls_run", disabled=lab.finished,
@@ -131,7 +131,8 @@ def draw_lockstep(shown: Shown) -> None:
                                               f"{s.theirs.num_free_blocks}",
                  "agreement": "identical" if s.difference is None else s.difference}
                 for s in steps[-200:]]
-        st.dataframe(pd.DataFrame(rows[::-1]), hide_index=True, width="stretch", height=220)
+        st.dataframe(pd.DataFrame(rows[::-1]), hide_index=True, width="stretch",
+                     height=min(220, 38 + 35 * len(rows)))
     ours = next((s for s in reversed(engine.ours.history) if s.step == snap.step
                  and s.kind != "abort"), None)
     for col, (title, s) in zip(st.columns(2, gap="medium"),

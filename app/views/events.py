@@ -1,10 +1,11 @@
-"""The Events tab: a lane per event kind over the steps, and the events of the step shown."""
+"""The Events tab: a lane per event kind over the steps, and the events of the step shown;
+under real vLLM also its prefix cache, rebuilt from the KV events it published."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from app.figures import timeline
+from app.figures import prefix_tree, timeline
 from app.views.common import Shown
 
 
@@ -18,3 +19,14 @@ def draw(shown: Shown) -> None:
                                                                if k != "kind"}}
                                    for e in snap.events]).astype(str),
                      hide_index=True, height=min(400, 38 + 35 * len(snap.events)))
+    cache_view = getattr(shown.lab.engine, "cache_view", None)
+    if cache_view is not None and not shown.lab.replaying:
+        st.markdown(f"**Real vLLM's prefix cache** after its latest step, rebuilt from the "
+                    f"{cache_view.batches} KV event batches it published (BlockStored, "
+                    "BlockRemoved), as the Watch vLLM tab rebuilds a `vllm serve`'s")
+        shown.chart(_vllm_tree, cache_view, cache_view.batches, key="fig_vllm_tree")
+
+
+def _vllm_tree(view, batches: int):
+    """The tree of ``view`` after ``batches`` batches (the figure cache's key)."""
+    return prefix_tree.prefix_tree_figure(view.blocks.values())

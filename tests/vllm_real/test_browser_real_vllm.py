@@ -1,0 +1,105 @@
+"""The Engine choice "Real vLLM" in a real browser (`streamlit run app` + headless Chromium,
+PAGED_LAB_REAL_VLLM=1): Step x N draws block tables equal to real vLLM's own state (the same
+settings run here, in this process, through the adapter: the runs are deterministic), and the
+Compare tab's agreement line reads identical. Prints how long the page took to start real vLLM
+and per Step click, beside our v1 engine's, in the same run."""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+
+import pytest
+
+from app.scenarios import REAL_VLLM, SCENARIOS, preset, under_engine
+from app.screenshots import (CHROMIUM, click_step, exceptions_on, free_port, launch, open_lab,
+                             rendered_step, start_server, stop_server, wait_healthy,
+                             wait_rendered)
+from tests.app.conftest import MODEL, needs_model
+
+try:
+    import playwright.sync_api as pw
+except ImportError:
+    pw = None
+
+_missing = ("the playwright package is not installed" if pw is None else
+            f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+            if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)) else None)
+if _missing:
+    print(f"\nreal-vLLM browser test skipped: {_missing}")
+pytestmark = [pytest.mark.browser, needs_model,
+              pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
+
+STEPS = 5
+TABLES_JS = """() => {
+  for (const el of document.querySelectorAll('.js-plotly-plot')) {
+    const t = el.layout && el.layout.title && el.layout.title.text || '';
+    if (t.startsWith('Block tables') && el.offsetParent !== null)
+      return {title: t, rows: el.data[0].y, text: el.data[0].text};
+  }
+  return null;
+}"""
+
+
+def drawn_tables(page) -> dict[str, list[str]]:
+    fig = page.evaluate(TABLES_JS)
+    assert fig is not None, "no block-table figure on the page"
+    out = {}
+    for label, row in zip(fig["rows"], fig["text"]):
+        rid = label.split("· req ")[1].split(" ·")[0]
+        out[rid] = [t.split("</b>")[0].replace("<b>", "") for t in row if t]
+    return out
+
+
+def test_real_vllm_on_the_page_matches_its_adapter_and_agrees_with_ours(
+        vllm_ready, monkeypatch, tmp_path):
+    from app.state import build_engine
+    monkeypatch.setenv("PAGED_LAB_REAL_VLLM", "1")
+    port = free_port()
+    proc = start_server(port, MODEL, str(tmp_path / "server.log"))
+    try:
+        wait_healthy(port, proc)
+        with pw.sync_playwright() as p:
+            ctx = launch(p)
+            page = ctx.new_page()
+            open_lab(page, f"http://127.0.0.1:{port}")
+            ours_clicks = [click_step(page) for _ in range(STEPS)]     # the default: ours
+            t0 = time.perf_counter()
+            page.get_by_text("Real vLLM", exact=True).click()
+            page.get_by_text("Real vLLM: real vLLM", exact=False).first.wait_for(timeout=120_000)
+            wait_rendered(page, 0, 120_000)
+            startup = time.perf_counter() - t0
+            vllm_clicks = [click_step(page) for _ in range(STEPS)]
+            assert rendered_step(page) == STEPS
+            tables = drawn_tables(page)
+            page.get_by_role("tab", name="Compare").click()
+            line = page.get_by_text(f"Step {STEPS}: identical", exact=False).first
+            line.wait_for(timeout=60_000)
+            summary = page.get_by_text(f"identical for {STEPS} of {STEPS} steps",
+                                       exact=False).first
+            summary.wait_for(timeout=60_000)
+            page.get_by_role("tab", name="Events").click()
+            page.get_by_text("Real vLLM's prefix cache", exact=False).first.wait_for(
+                timeout=60_000)
+            assert not exceptions_on(page), exceptions_on(page)
+            ctx.close()
+    finally:
+        stop_server(proc)
+        print("\nserver log tail:\n" + "\n".join(
+            (tmp_path / "server.log").read_text().splitlines()[-8:]))
+    # the same settings, here, through the adapter: the drawn tables are vLLM's own
+    s = under_engine(preset(SCENARIOS["single"].key, MODEL), REAL_VLLM)
+    engine = build_engine(s)
+    try:
+        for _ in range(STEPS):
+            engine.step()
+        view = engine.lockstep.vllm.view()
+        assert tables == {rid: [f"P{b}" for b in t] for rid, t in view.block_tables.items()}
+        assert tables, "nothing drawn"
+    finally:
+        engine.close()
+    print(f"\npage timing (one run): start real vLLM {startup:.1f} s (first start in this "
+          f"server: vLLM's import included); Step click median {statistics.median(vllm_clicks):.2f} s "
+          f"with real vLLM + our v1 in lockstep vs {statistics.median(ours_clicks):.2f} s "
+          f"with our engine alone (the default preset, vLLM v0 rules)")
