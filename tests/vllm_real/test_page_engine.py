@@ -12,6 +12,7 @@ import pytest
 
 from app.scenarios import REAL_VLLM, SCENARIOS, preset, under_engine
 from app.state import build_engine
+from app.trace_io import load_trace, trace_json
 from tests.app.conftest import MODEL, needs_model
 
 pytestmark = needs_model
@@ -61,6 +62,8 @@ def test_real_vllm_snapshots_equal_our_v1s(monkeypatch, vllm_ready, scenario):
             kinds.update(e.kind for e in theirs.events)
             assert len(engine.steps) < 400
         assert theirs.semantics == REAL_VLLM and theirs.backend.startswith("real vLLM")
+        snaps = list(engine.history)            # the Export tab's trace, loaded back
+        assert load_trace(trace_json(snaps)) == snaps
         assert kinds["sample"] and kinds["free"] and (kinds["alloc"] or kinds["prefix_hit"])
         print(f"\n{scenario}: {engine.summary()}; events {dict(kinds)}")
     finally:
