@@ -128,7 +128,10 @@ def real_vllm_status() -> tuple[bool, str]:
 def check_real_vllm_allowed(replacing=None) -> None:
     """ValueError unless vLLM is usable here, the server turned the choice on, and a real-vLLM
     slot is free (``replacing``, the session's own engine, does not hold one)."""
-    from real_vllm.environment import VllmUnavailable, import_vllm
+    from real_vllm.environment import VllmUnavailable, import_vllm, vllm_status
+    usable, why = vllm_status()          # not installed: the one command that adds it
+    if not usable:
+        raise ValueError(f"Real vLLM cannot start here: {why}")
     limit = hosting.real_vllm_sessions()
     if not limit:
         raise ValueError(REAL_VLLM_OFF)
