@@ -93,6 +93,10 @@ class VllmSnapshots:
             self._max_tokens[rid] = params.max_tokens
             for a in self._baselines.values():
                 a.add(rid, len(prompt_token_ids), params.max_tokens, 1)
+        if self.recorded == 1 and self.history[-1].kind == "init":   # as our recorder does
+            self.history.pop()
+            self.recorded = 0
+            self.record(self.vllm.view(), "init", (), 0.0)
 
     # ---- steps ---------------------------------------------------------------------------
     def step(self) -> StepView:

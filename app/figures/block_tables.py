@@ -24,8 +24,10 @@ def table_rows(snapshot):
 def block_table_figure(snapshot, decode=None) -> go.Figure:
     title = f"Block tables — step {snapshot.step}"
     seqs = table_rows(snapshot)
-    if not seqs:
-        return empty(title, "no live sequences (all finished, or nothing queued)")
+    if not any(s.block_table for s in seqs):
+        waiting = sum(1 for s in snapshot.sequences if s.status == "waiting")
+        return empty(title, f"no block table yet: {waiting} sequence(s) waiting in the queue"
+                     if waiting else "no live sequences (all finished, or nothing queued)")
     gpu = {b.block_id: b for b in snapshot.blocks}
     cpu = {b.block_id: b for b in snapshot.cpu_blocks}
     width = max(1, max(len(s.block_table) for s in seqs))

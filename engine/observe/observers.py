@@ -104,6 +104,14 @@ class SnapshotRecorder(Observer):
         self._block_states: dict = {}      # unchanged blocks (see BlockPool.version)
         self.record(engine, "init", (), 0.0)
 
+    def on_add(self, engine, group: SequenceGroup) -> None:
+        """Before the first step, the init snapshot shows the requests queued so far (step 0
+        then says what is waiting, not an empty engine)."""
+        if self.recorded == 1 and self.history and self.history[-1].kind == "init":
+            self.history.pop()
+            self.recorded = 0
+            self.record(engine, "init", (), 0.0)
+
     def on_abort(self, engine, request_id: str, events) -> None:
         self.record(engine, "abort", events, 0.0)
 

@@ -101,8 +101,10 @@ def test_block_tables_map_logical_to_physical(parallel_run):
 
 def test_block_tables_empty_when_nothing_lives(parallel_run):
     eng, _ = parallel_run
-    fig = block_table_figure(eng.history[0])
+    fig = block_table_figure(eng.history[0])         # step 0: queued, no blocks yet
     assert not any(tr.type == "heatmap" for tr in fig.data)
+    assert "1 sequence(s) waiting in the queue" in str(fig.layout)
+    assert eng.history[0].sequences[0].status == "waiting"
 
 
 # ---- copy-on-write -----------------------------------------------------------------------------

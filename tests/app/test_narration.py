@@ -1,7 +1,10 @@
 """Narration is built only from a step's events (plus the previous snapshot's refcounts)."""
 from __future__ import annotations
 
+import pytest
+
 from app.narration import narrate
+from engine import Engine, EngineConfig, SamplingParams
 from engine import events as ev
 from engine.observe.snapshot import PoolStats, StepSnapshot
 
@@ -13,7 +16,15 @@ def bare_snapshot(events, step=5, kind="decode"):
 
 
 def test_init_and_idle():
-    assert "Press Step" in narrate(bare_snapshot([], step=0, kind="init"))
+    assert narrate(bare_snapshot([], step=0, kind="init")) == \
+        "Nothing has run yet, and no request is queued."
+    eng = Engine.length_only(EngineConfig(block_size=4, num_gpu_blocks=16))
+    for n in (5, 6):
+        eng.add_request(list(range(n)), SamplingParams(max_tokens=2))
+    init = eng.history[0]                  # step 0 shows what is queued, and says it
+    assert len(eng.history) == 1 and init.stats.num_waiting == 2
+    assert narrate(init) == ("Nothing has run yet: 2 requests are queued and every block of "
+                             "the pool is free. Press Step.")
     assert "nothing to run" in narrate(bare_snapshot([], kind="idle"))
 
 
@@ -99,3 +110,55 @@ def test_a_mid_run_reset_says_why_its_requests_were_preempted_once():
     assert "To reset the prefix cache mid-run, seqs 0, 1 were preempted." in text
     assert text.count("reset_running_requests=True") == 1 and "pool ran dry" not in text
     assert "every cached block forgot its hash" in text
+
+
+# the words each kind's sentence starts with (or carries), to find it in the paragraph
+SENTENCE_OF = {"preempt": "preempted", "prefill": "Prefill", "prefix_hit": "Prefix cache hit",
+               "cached": "entered the prefix cache", "evict": "was evicted",
+               "alloc": "New blocks", "fork": "forked into", "cow": "Copy-on-write",
+               "sample": "Sampled", "beam_prune": "Pruned", "finish": "Finished",
+               "free": "returned to the free list"}
+
+
+def _check_order(snap) -> int:
+    """The kinds' sentences appear in the order of their first events; returns how many."""
+    text = narrate(snap)
+    order = []
+    for e in snap.events:
+        if e.kind in SENTENCE_OF and e.kind not in order:
+            if e.kind == "alloc" and all(a.physical in {c.dst for c in snap.events
+                                                        if c.kind == "cow"}
+                                         for a in snap.events if a.kind == "alloc"):
+                continue                 # told with the copy
+            order.append(e.kind)
+    where = [text.index(SENTENCE_OF[k]) for k in order]
+    assert where == sorted(where), f"step {snap.step}: {order} in {text}"
+    return len(order)
+
+
+@pytest.mark.parametrize("scenario, semantics", [("beam", "v0"), ("mixed", "v1"),
+                                                 ("parallel", "v0"), ("prefix", "v1")])
+def test_narration_follows_the_order_of_events(scenario, semantics):
+    from app.scenarios import preset, under_engine
+    from app.state import make_params, parse_prompts
+    s = under_engine(preset(scenario), semantics)
+    eng = Engine.length_only(EngineConfig(
+        semantics=s.semantics, block_size=s.block_size, num_gpu_blocks=s.num_gpu_blocks,
+        num_cpu_blocks=s.num_cpu_blocks, enable_prefix_caching=s.enable_prefix_caching,
+        seed=s.seed, **({"max_num_batched_tokens": s.max_num_batched_tokens}
+                        if semantics == "v1" else {})), max_model_len=s.max_model_len)
+    for i, _ in enumerate(parse_prompts(s.prompts)):
+        eng.add_request(list(range(10 + 4 * i)), make_params(s))
+    checked = 0
+    while eng.has_unfinished_requests() and eng.step_no < 200:
+        eng.step()
+        checked += _check_order(eng.snapshot)
+    assert checked > eng.step_no            # more than one kind told in most steps
+
+
+def test_a_block_freed_and_handed_out_in_one_step_is_told_as_such():
+    events = [ev.Preempt(2, "recompute", "the rule"), ev.Free(22), ev.Alloc(1, 3, 22),
+              ev.Append(1, 5, 3, 22, 88)]
+    text = narrate(bare_snapshot(events))
+    assert text.index("returned to the free list: P22") < text.index("New blocks: seq 1 ← P22")
+    assert "P22 freed earlier in this step and handed out again" in text
