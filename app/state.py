@@ -329,25 +329,35 @@ class Lab:
             else max(0, min(index, n - 1))
 
     @property
+    def at_latest(self) -> bool:
+        """The newest recorded snapshot is shown."""
+        return self.index() >= len(self.snapshots()) - 1
+
+    @property
     def finished(self) -> bool:
-        """Nothing more to step (engine done, or the replay is at its last snapshot)."""
-        if self.replaying:
-            return self.index() >= len(self.trace) - 1
+        """Nothing more to step: the newest snapshot is shown and the engine is done (or the
+        replay is at its last snapshot)."""
+        if self.replaying or not self.at_latest:
+            return self.at_latest
         return self.engine is None or not self.engine.has_unfinished_requests()
 
     # ---- stepping ------------------------------------------------------------------------
     def step(self) -> bool:
-        """One engine step (or one replay snapshot forward); False if there was nothing to do."""
-        if self.replaying:
-            if self.finished:
-                return False
-            self.view = self.index() + 1
-            return True
+        """Forward one: through the recorded history while an older step is shown (Back, the
+        slider), then one new engine step at its end (a replay: one snapshot forward); False
+        if there was nothing to do."""
         if self.finished:
             return False
+        if self.replaying or not self.at_latest:
+            self.forward()
+            return True
         self.engine.step()
-        self.view = None                 # stepping always shows the newest state
+        self.view = None                 # a new step shows the newest state
         return True
+
+    def forward(self) -> None:
+        """One recorded step forward, never a new engine step."""
+        self.show(self.index() + 1)
 
     def back(self) -> None:
         self.view = max(0, self.index() - 1)

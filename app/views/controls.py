@@ -1,4 +1,4 @@
-"""The row under the title: ⟲ Reset, Step, Run N, Play/Pause, ◀ Back, Latest ▶▶; the presenter
+"""The row under the title: ⟲ Reset, Step, Run N, Play/Pause, ◀ Back, Fwd ▶, Latest ▶▶; the presenter
 row (Play speed, Projector, keys); the history slider; and Play's timer (which the main view's
 fragment runs on: app/views/main_view.py)."""
 from __future__ import annotations
@@ -9,6 +9,7 @@ from app.state import Lab
 from app.views.common import guarded, starting
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0)      # Play: steps per second
+MOVES = ("step_btn", "back_btn", "forward_btn", "latest_btn")   # buttons that move the view
 
 
 @guarded
@@ -31,6 +32,11 @@ def _on_back() -> None:
 
 
 @guarded
+def _on_forward() -> None:
+    st.session_state.lab.forward()
+
+
+@guarded
 def _on_latest() -> None:
     lab = st.session_state.lab
     lab.show(len(lab.snapshots()) - 1)
@@ -39,6 +45,11 @@ def _on_latest() -> None:
 @guarded
 def _on_history() -> None:
     lab = st.session_state.lab
+    if any(st.session_state.get(k) for k in MOVES):
+        # a click that came with the slider's value from before the last run drew it (quick
+        # clicks: the browser had not shown the new position yet): the click is what was
+        # meant, the stale position would undo it
+        return
     chosen = st.session_state.w_hist          # a position in the history, not a step number
     if isinstance(chosen, int) and 0 <= chosen < len(lab.snapshots()):
         lab.show(chosen)
@@ -59,9 +70,11 @@ def draw(lab: Lab) -> None:
     # clicked over and over with the mouse resting on them, and Streamlit draws a tooltip
     # afresh after every rerun under a resting mouse (one session, measured once: ~0.06 s more
     # Chromium CPU per click; README "What a Step click costs").
-    c = st.columns([1.1, 1, 0.9, 1.2, 1.2, 1, 1.3])
+    c = st.columns([1.1, 1, 0.9, 1.2, 1.2, 1, 1.1, 1.2])
     c[0].button("⟲ Reset", width="stretch", disabled=lab.replaying, key="reset_btn",
                 on_click=_on_reset, help="rebuild the engine from the applied settings (key: r)")
+    # Step walks forward through the recorded history while an older step is shown, and
+    # computes a new step only at its end (Lab.step)
     c[1].button("Step", type="primary", width="stretch", disabled=lab.finished, key="step_btn",
                 on_click=_on_step, shortcut="Right")
     run_n = int(c[2].number_input("N", min_value=1, max_value=200, value=10, key="w_run_n",
@@ -72,8 +85,10 @@ def draw(lab: Lab) -> None:
                        shortcut="Space", help="step on its own at the Play speed (key: space)")
     c[5].button("◀ Back", width="stretch", disabled=lab.index() == 0, key="back_btn",
                 on_click=_on_back, shortcut="Left")
-    c[6].button("Latest ▶▶", width="stretch", key="latest_btn", on_click=_on_latest,
-                disabled=lab.index() >= len(lab.snapshots()) - 1)
+    c[6].button("Fwd ▶", width="stretch", key="forward_btn", on_click=_on_forward,
+                disabled=lab.at_latest, help="one recorded step forward (never a new step)")
+    c[7].button("Latest ▶▶", width="stretch", key="latest_btn", on_click=_on_latest,
+                disabled=lab.at_latest)
     if run:
         bar = st.progress(0.0, text=f"running {run_n} steps…")
         for i in range(run_n):

@@ -486,3 +486,40 @@ def test_step_costs_little_more_than_a_rerun_that_changes_nothing(server, browse
     assert step <= 2 * noop, f"a Step costs {step / noop:.2f}x a rerun that changes nothing"
     assert not exceptions_on(page)
     page.close()
+
+
+def test_keys_step_after_a_tab_click_and_walk_the_history(server, browser):
+    """→ after clicking a tab steps (the tab bar does not take it); ← then → walk the recorded
+    history (→ computes a new step only at its end); 5 ← presses 40 ms apart go back 5."""
+    url, _ = server
+    page = browser.new_page()
+    _open_with_max_tokens(page, url, 25)
+    page.get_by_role("tab", name="Text").click()                 # the tab bar has the focus
+    for step in range(1, 9):
+        page.keyboard.press("ArrowRight")
+        _shown(page, step)
+    assert page.get_by_role("tab", name="Text").get_attribute("aria-selected") == "true"
+    assert page.get_by_text("Step 8 of 8", exact=False).count() == 1
+    for _ in range(5):                                           # quick ←: none dropped
+        page.keyboard.press("ArrowLeft")
+        time.sleep(0.04)
+    _shown(page, 3)
+    time.sleep(1.5)
+    assert rendered_step(page) == 3 and page.get_by_text("Step 3 of 8", exact=False).count() == 1
+    page.keyboard.press("ArrowRight")                            # forward through the history
+    _shown(page, 4)
+    assert page.get_by_text("Step 4 of 8", exact=False).count() == 1
+    page.get_by_role("button", name="Fwd ▶").click()
+    _shown(page, 5)
+    page.get_by_role("button", name="Latest ▶▶").click()
+    _shown(page, 8)
+    page.keyboard.press("ArrowRight")                            # at the end: a new step
+    _shown(page, 9)
+    assert page.get_by_text("Step 9 of 9", exact=False).count() == 1
+    assert not exceptions_on(page)
+    page.close()
+
+
+def _shown(page, step: int) -> None:
+    """Until the view's last line says ``step`` (any tab: the pool figure is on Memory only)."""
+    page.get_by_text(f"rendered step {step}", exact=True).wait_for(timeout=60_000)

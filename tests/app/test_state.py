@@ -100,7 +100,14 @@ def test_history_back_and_latest(model):
     assert lab.current().step == 2 and lab.previous().step == 1
     lab.show(0)
     assert lab.current().kind == "init"
-    lab.step()                                       # stepping jumps back to the newest state
+    lab.step()                                       # forward through the recorded history
+    assert lab.current().step == 1 and lab.view == 1 and len(lab.snapshots()) == 4
+    lab.forward()
+    lab.step()                                       # the newest recorded step
+    assert lab.current().step == 3 and lab.view is None and len(lab.snapshots()) == 4
+    lab.forward()                                    # Forward never computes a step
+    assert len(lab.snapshots()) == 4
+    lab.step()                                       # at the end: a new engine step
     assert lab.current().step == 4 and lab.view is None
 
 

@@ -1,5 +1,6 @@
 // "r" resets (Streamlit reserves R for its own rerun, so button shortcuts cannot take it);
-// → / ← / space are the Step / Back / Play buttons' own shortcuts
+// → / ← / space: step_queue.js (they are queued like clicks, and work wherever the focus is
+// but in a text field or slider)
 if (!window.__pagedLabKeys) {
   window.__pagedLabKeys = true;
   document.addEventListener("keydown", (e) => {

@@ -1,4 +1,7 @@
-// Step clicks are never lost: the page's click queue.
+// Step, Back and Fwd clicks (and their keys) are never lost: the page's click queue. The
+// presenter keys work from anywhere on the page except text inputs and sliders (which the
+// arrows adjust): → Step, ← Back, space Play/Pause; a tab bar, a radio or a button with the
+// keyboard focus does not take them.
 //
 // A Streamlit button reaches the server as a yes/no trigger, and Streamlit merges the triggers of
 // clicks that arrive while a rerun of the same fragment is still running or waiting to run
@@ -21,12 +24,21 @@ if (!window.__pagedLabStepQueue) {
   const busyState = (s) => s === "running" || s === "rerunRequested";
   // the page may hold two copies of the button for a moment (a fragment rerun draws the new
   // one before the old one goes): a click on either counts, a replay clicks the newest shown
-  const STEP = ".st-key-step_btn button";
-  const WIDGETS = "input, textarea, select, [contenteditable], [role=slider], [role=spinbutton], " +
-    "[role=combobox], [role=listbox], [role=option], [role=tab], [role=radio], [role=menu]";
-  const isStep = (t) => !!(t && t.closest && t.closest(STEP));
-  const stepButton = () => {
-    const shown = [...document.querySelectorAll(STEP)].filter((b) => b.offsetParent !== null);
+  const QUEUED = {step: ".st-key-step_btn button", back: ".st-key-back_btn button",
+                  forward: ".st-key-forward_btn button"};
+  const KEYS = {ArrowRight: "step", ArrowLeft: "back"};
+  // where typing needs the keys: text fields, number fields, select boxes and their open
+  // lists, sliders
+  const TEXT = "textarea, select, [contenteditable], input:not([type=checkbox]):not([type=radio])" +
+    ":not([type=button]), [role=listbox], [role=option], [role=menu], [role=slider]";
+  const nameOf = (t) => {
+    if (!(t && t.closest)) return null;
+    for (const [name, sel] of Object.entries(QUEUED)) if (t.closest(sel)) return name;
+    return null;
+  };
+  const buttonOf = (name) => {
+    const shown = [...document.querySelectorAll(QUEUED[name])]
+      .filter((b) => b.offsetParent !== null);
     return shown.length ? shown[shown.length - 1] : null;
   };
   const MARKER = '[data-testid="stCaptionContainer"]';
@@ -35,9 +47,10 @@ if (!window.__pagedLabStepQueue) {
       .filter((t) => t.startsWith("rendered step "));
     return m.length ? m[m.length - 1] : null;
   };
-  let inflight = false, sawRun = false, since = 0, queued = 0, replaying = false, sentAt;
+  let inflight = false, sawRun = false, since = 0, replaying = false, sentAt;
+  const queue = [];                      // the names of the clicks held, oldest first
   Object.defineProperties(window.__pagedLabStepQueue, {
-    inflight: {get: () => inflight}, queued: {get: () => queued}});
+    inflight: {get: () => inflight}, queued: {get: () => queue.length}});
   const playing = () => {
     const b = document.querySelector(".st-key-play_btn button");
     return !!(b && b.textContent.includes("Pause"));
@@ -49,12 +62,13 @@ if (!window.__pagedLabStepQueue) {
   };
   const release = () => {
     inflight = false;
-    if (queued === 0) return;
-    const b = stepButton();
-    if (!b || b.disabled) { queued = 0; return; }   // finished (or left the page): drop them
-    queued -= 1;
-    replaying = true;
-    b.click();
+    while (queue.length) {
+      const b = buttonOf(queue.shift());
+      if (!b || b.disabled) continue;    // at an end (finished, step 0): that click is moot
+      replaying = true;
+      b.click();
+      return;
+    }
   };
   const watch = () => {
     const a = app();
@@ -76,20 +90,29 @@ if (!window.__pagedLabStepQueue) {
     }
   }, 100);
   document.addEventListener("click", (e) => {
-    if (!isStep(e.target)) return;
+    const name = nameOf(e.target);
+    if (!name) return;
     if (replaying) { replaying = false; sent(); return; }
-    if (inflight) { e.preventDefault(); e.stopImmediatePropagation(); queued += 1; return; }
+    if (inflight) { e.preventDefault(); e.stopImmediatePropagation(); queue.push(name); return; }
     sent();
   }, true);
-  window.addEventListener("keydown", (e) => {     // → is the Step button's shortcut
+  // the keys, before Streamlit's own shortcuts and before a focused tab bar or slider (which
+  // would switch tabs or move instead): the page's, except in a text field
+  window.addEventListener("keydown", (e) => {
     const t = e.target;
-    if (e.key !== "ArrowRight" || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
-    // → on a widget that uses the arrow keys itself (a text field, the speed slider, a
-    // select, the tabs) is that widget's, never a Step
-    if (t && t.closest && t.closest(WIDGETS)) return;
-    const b = stepButton();
-    if (!b || b.disabled) return;
-    if (inflight) { e.preventDefault(); e.stopImmediatePropagation(); queued += 1; return; }
-    sent();
+    if (e.ctrlKey || e.metaKey || e.altKey || e.shiftKey || e.repeat && e.key === " ") return;
+    if (!(e.key in KEYS) && e.key !== " ") return;
+    if (t && t.closest && t.closest(TEXT)) return;
+    e.preventDefault(); e.stopImmediatePropagation();
+    if (e.key === " ") {
+      const play = document.querySelector(".st-key-play_btn button");
+      if (play && !play.disabled) play.click();
+      return;
+    }
+    const name = KEYS[e.key];
+    const b = buttonOf(name);
+    if (!b || (b.disabled && !inflight)) return;
+    if (inflight) { queue.push(name); return; }
+    b.click();                           // its click is counted by the listener above
   }, true);
 }
