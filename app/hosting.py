@@ -17,6 +17,8 @@ limits with environment variables (read on every check, so a test can monkeypatc
                                    in MiB. Default 64. The Compare tab runs a v0 and a v1 engine
                                    with the same settings, so a session holds at most 3 such pools.
 ``PAGED_LAB_MAX_TRACE_SNAPSHOTS``  longest trace (snapshots) an upload may hold. Default 2000.
+``PAGED_LAB_MAX_TRACE_MB``         largest trace JSON a gzip upload may inflate to, in MiB
+                                   (a 400-step trace is about 34). Default 64.
 ``PAGED_LAB_IDLE_MINUTES``         a session idle this long loses its engine, history and
                                    replayed trace (it gets a fresh engine when it comes back).
                                    0 = never. Default 30.
@@ -101,6 +103,10 @@ def max_kv_bytes() -> int:
 
 def max_trace_snapshots() -> int:
     return _number("PAGED_LAB_MAX_TRACE_SNAPSHOTS", DEFAULT_MAX_TRACE_SNAPSHOTS, integer=True)
+
+
+def max_trace_json_bytes() -> int:
+    return int(_number("PAGED_LAB_MAX_TRACE_MB", 64) * MiB)
 
 
 def idle_seconds() -> float | None:

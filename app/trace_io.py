@@ -1,14 +1,21 @@
-"""Save and load traces (a JSON list of ``StepSnapshot.to_dict()``) and metrics as CSV.
+"""Save and load traces (a JSON list of ``StepSnapshot.to_dict()``, gzip-compressed on
+export: a 400-step trace is ~34 MB of JSON and ~2 MB compressed, so it uploads back within
+server.maxUploadSize) and metrics as CSV.
 
 An uploaded trace is somebody else's file: it is size-checked before it is decoded, its
 nesting depth is checked before ``json.loads`` (no recursion limit to hit), its length is
 bounded (PAGED_LAB_MAX_TRACE_SNAPSHOTS), and every field is type-checked against the snapshot
-dataclasses before one is built. Nothing in a trace is executed; errors name the first bad field.
+dataclasses before one is built, then against what every recorded snapshot satisfies
+(engine/observe/snapshot_checks.py: no block 99999, no refcount -5). A gzip upload is
+decompressed in bounded chunks, never past PAGED_LAB_MAX_TRACE_MB. Nothing in a trace is
+executed; errors name the first bad field or violation.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
+import zlib
 import itertools
 import json
 import math
@@ -21,6 +28,7 @@ import pandas as pd
 from engine import StepSnapshot
 from engine.observe.accounting import accounting_frame
 from engine.events import EVENT_KINDS
+from engine.observe.snapshot_checks import first_violation
 
 from app import hosting
 
@@ -28,8 +36,37 @@ MAX_TRACE_BYTES = 5 * 1024 * 1024    # the page passes server.maxUploadSize inst
 MAX_DEPTH = 10                       # a saved trace nests 5 deep (list > snapshot > blocks > ...)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def trace_json(snapshots) -> str:
     return json.dumps([s.to_dict() for s in snapshots])
+
+
+def trace_gzip(snapshots) -> bytes:
+    """The trace as gzip-compressed JSON (what the Export tab downloads)."""
+    return gzip.compress(trace_json(snapshots).encode("utf-8"), compresslevel=6, mtime=0)
+
+
+def gunzip_bounded(data: bytes, max_bytes: int) -> bytes:
+    """``data`` decompressed, refused (ValueError) as soon as it would pass ``max_bytes``: a
+    small file that inflates without end is stopped, not read."""
+    d = zlib.decompressobj(wbits=31)              # gzip framing
+    out, total = [], 0
+    try:
+        chunk = d.decompress(data, 1 << 20)
+        while chunk:
+            total += len(chunk)
+            if total > max_bytes:
+                raise ValueError(f"the trace inflates to more than {max_bytes / 2**20:g} MB of "
+                                 "JSON: this server reads up to that (PAGED_LAB_MAX_TRACE_MB)")
+            out.append(chunk)
+            chunk = d.decompress(d.unconsumed_tail, 1 << 20)
+    except zlib.error as exc:
+        raise ValueError(f"not a trace: a damaged gzip file ({exc})") from None
+    if not d.eof:
+        raise ValueError("not a trace: the gzip file is cut short")
+    return b"".join(out)
 
 
 # ---- parsing safely ------------------------------------------------------------------------
@@ -184,6 +221,12 @@ def load_trace(data: bytes | str, *, max_bytes: int = MAX_TRACE_BYTES,
                max_snapshots: int | None = None) -> list[StepSnapshot]:
     """Snapshots from a saved trace; ValueError (with a reason a person can act on) otherwise.
     ``max_snapshots`` defaults to PAGED_LAB_MAX_TRACE_SNAPSHOTS."""
+    if isinstance(data, bytes) and data.startswith(GZIP_MAGIC):
+        if len(data) > max_bytes:
+            raise ValueError(f"the file is {len(data) / 2**20:.1f} MB: this server accepts "
+                             f"traces up to {max_bytes / 2**20:g} MB (server.maxUploadSize)")
+        data = gunzip_bounded(data, hosting.max_trace_json_bytes())
+        max_bytes = len(data)
     raw = parse_json(data, max_bytes)
     if not isinstance(raw, list) or not raw:
         raise ValueError("not a trace: expected a non-empty JSON list of snapshots")
@@ -197,9 +240,14 @@ def load_trace(data: bytes | str, *, max_bytes: int = MAX_TRACE_BYTES,
             raise ValueError(f"not a trace: item {i} is not a snapshot object")
         try:
             _check_snapshot(d)
-            out.append(StepSnapshot.from_dict(d))
+            snap = StepSnapshot.from_dict(d)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"snapshot {i} of the trace is malformed: {exc}") from None
+        impossible = first_violation(snap)
+        if impossible:
+            raise ValueError(f"snapshot {i} of the trace (step {snap.step}) is impossible: "
+                             f"{impossible}")
+        out.append(snap)
         raw[i] = None                    # the parsed dict can go as soon as its snapshot exists
     return out
 

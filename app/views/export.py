@@ -11,9 +11,10 @@ from app.views.common import Shown
 def draw(shown: Shown) -> None:
     lab, snaps = shown.lab, shown.snaps
     name = (lab.trace_name.rsplit(".", 1)[0] if lab.replaying else lab.settings.scenario)
-    st.download_button("Download trace (JSON: events + snapshots)",
-                       data=lambda: trace_io.trace_json(snaps), file_name=f"paged-lab-{name}.json",
-                       mime="application/json", on_click="ignore")
+    st.download_button("Download trace (gzip JSON: events + snapshots; uploads back as it is)",
+                       data=lambda: trace_io.trace_gzip(snaps),
+                       file_name=f"paged-lab-{name}.json.gz", mime="application/gzip",
+                       on_click="ignore")
     st.download_button("Download metrics (CSV: pool stats + accounting per step)",
                        data=lambda: trace_io.metrics_csv(snaps), file_name=f"paged-lab-{name}.csv",
                        mime="text/csv", on_click="ignore")

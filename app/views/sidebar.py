@@ -192,7 +192,8 @@ def draw(lab: Lab) -> None:
                 with starting(chosen):
                     lab.apply(chosen)
         st.divider()
-        st.file_uploader("Replay a saved trace (.json)", type=["json"], key="w_trace",
+        st.file_uploader("Replay a saved trace (.json.gz or .json)", type=["gz", "json"],
+                         key="w_trace",
                          on_change=_on_trace_upload)
         if lab.replaying and st.button("Back to the live engine", width="stretch"):
             lab.close_trace()

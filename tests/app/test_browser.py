@@ -6,6 +6,7 @@ driven by the `playwright` package). Skipped, with the reason, when either is mi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import time
@@ -523,3 +524,37 @@ def test_keys_step_after_a_tab_click_and_walk_the_history(server, browser):
 def _shown(page, step: int) -> None:
     """Until the view's last line says ``step`` (any tab: the pool figure is on Memory only)."""
     page.get_by_text(f"rendered step {step}", exact=True).wait_for(timeout=60_000)
+
+
+def test_a_400_step_export_uploads_back(server, browser, tmp_path):
+    """The Export tab's trace is gzip JSON; one of 400 steps (made here with the same
+    function, trace_gzip) is under the 5 MB upload limit and replays in the page."""
+    from engine import Engine, EngineConfig, SamplingParams
+    from app.trace_io import trace_gzip
+    url, _ = server
+    eng = Engine(EngineConfig(model=MODEL, block_size=8, num_gpu_blocks=128, max_history=400))
+    for p in ("ROMEO:", "JULIET: Good night"):
+        eng.add_request(p, SamplingParams(max_tokens=420, ignore_eos=True))
+    while len(eng.history) < 400 or eng.history[0].step == 0:
+        eng.step()
+    long_trace = tmp_path / "long.json.gz"
+    long_trace.write_bytes(trace_gzip(eng.history))
+    page = browser.new_page()
+    open_lab(page, url)
+    click_step(page)
+    page.get_by_role("tab", name="Export").click()
+    with page.expect_download() as dl:
+        page.get_by_role("button", name=re.compile("^Download trace")).click()
+    saved = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(saved)
+    assert saved.name.endswith(".json.gz") and saved.read_bytes()[:2] == b"\x1f\x8b"
+    uploader = page.locator('section[data-testid="stSidebar"] input[type=file]')
+    uploader.set_input_files(str(saved))                     # the page's own export
+    page.get_by_role("heading", name=f"Replay: {saved.name}").wait_for(timeout=60_000)
+    uploader.set_input_files(str(long_trace))                # 400 steps
+    page.get_by_role("heading", name="Replay: long.json.gz").wait_for(timeout=120_000)
+    last = eng.history[-1].step
+    page.get_by_role("button", name="Latest ▶▶").click()
+    page.get_by_text(f"Step {last} of {last}", exact=False).first.wait_for(timeout=60_000)
+    assert not exceptions_on(page)
+    page.close()

@@ -1,6 +1,7 @@
 """Traces round-trip through JSON; bad files give a clear ValueError; metrics export as CSV."""
 from __future__ import annotations
 
+import gzip
 import io
 import json
 
@@ -8,7 +9,9 @@ import pandas as pd
 import pytest
 
 from app.trace_io import (MAX_DEPTH, load_trace, metrics_csv, nesting_depth, stats_frame,
-                          trace_json)
+                          trace_gzip, trace_json)
+
+from .conftest import needs_model
 
 
 def test_trace_round_trip(beam_run):
@@ -58,9 +61,9 @@ def test_metrics_csv(swap_run):
 
 
 # ---- uploads from anybody: bounded, parsed without recursion, checked field by field -------
-def _snapshot_dict(run) -> dict:
+def _snapshot_dict(run, index: int = 1) -> dict:
     eng, _ = run
-    return json.loads(json.dumps(eng.history[1].to_dict()))
+    return json.loads(json.dumps(eng.history[index].to_dict()))
 
 
 @pytest.mark.parametrize("data", [b"[" * 100_000, b'{"a":' * 100_000, b"[" * 11 + b"]" * 11])
@@ -141,3 +144,50 @@ def test_a_swap_mapping_and_non_numbers_are_checked(swap_run):
     text = json.dumps([snaps[1].to_dict()]).replace('"step_time_s": ', '"step_time_s": NaN, "x": ')
     with pytest.raises(ValueError, match="NaN is not a JSON number"):
         load_trace(text)
+
+
+@pytest.mark.parametrize("path, value, words", [
+    (["sequences", 0, "block_table"], [99999], "seq 0, logical block 0: block 99999 does not "
+                                               "exist (the gpu pool has 32)"),
+    (["blocks", 1, "ref_count"], -5, "block 1 has refcount -5"),
+    (["blocks", 3, "block_id"], 7, "gpu block at position 3 has id 7"),
+    (["blocks", 1, "ref_count"], 2, "block 1 has refcount 2 but 4 table entries point at it"),
+    (["stats", "used_blocks"], 30, "the stats count 32 blocks, 30 used"),
+])
+def test_an_impossible_trace_is_refused_naming_the_first_violation(parallel_run, path, value,
+                                                                   words):
+    d = _snapshot_dict(parallel_run, index=2)
+    if path[-1] == "ref_count" and value == 2:
+        d["blocks"][1]["state"] = "shared"
+        d["blocks"][1]["ref_count"] = 2
+    else:
+        _set(d, path, value)
+    with pytest.raises(ValueError, match="^snapshot 0 of the trace .* is impossible: ") as err:
+        load_trace(json.dumps([d]))
+    assert words in str(err.value)
+
+
+@needs_model
+def test_a_400_step_trace_exports_compressed_and_loads_back(model):
+    from engine import Engine, EngineConfig, SamplingParams
+    eng = Engine(EngineConfig(model=model, block_size=8, num_gpu_blocks=128, max_history=400))
+    for p in ("ROMEO:", "JULIET: Good night"):
+        eng.add_request(p, SamplingParams(max_tokens=420, ignore_eos=True))
+    while len(eng.history) < 400 or eng.history[0].step == 0:
+        eng.step()
+    snaps = list(eng.history)
+    plain, packed = trace_json(snaps).encode(), trace_gzip(snaps)
+    print(f"\n400 snapshots: {len(plain) / 2**20:.1f} MB of JSON, {len(packed) / 2**20:.2f} MB "
+          "gzip")
+    assert len(packed) < 5 * 2**20 < len(plain)       # over the upload limit only uncompressed
+    assert load_trace(packed, max_bytes=5 * 2**20) == snaps
+
+
+def test_a_gzip_that_inflates_past_the_limit_is_stopped(monkeypatch):
+    monkeypatch.setenv("PAGED_LAB_MAX_TRACE_MB", "1")
+    bomb = gzip.compress(b"[" + b" " * (50 * 2**20) + b"]")
+    assert len(bomb) < 2**20
+    with pytest.raises(ValueError, match="inflates to more than 1 MB of JSON"):
+        load_trace(bomb)
+    with pytest.raises(ValueError, match="cut short"):
+        load_trace(gzip.compress(b"[1, 2]")[:-12])
