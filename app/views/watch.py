@@ -11,12 +11,14 @@ that received nothing draws the figures it built before.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import streamlit as st
 
 from engine.kv_events.cache_view import PrefixCacheView
 from engine.kv_events.subscriber import KVEventSubscriber
+from engine.kv_events.wire import shown
 
 from app.figure_cache import FigureCache
 from app.figures import kv_event_charts, prefix_tree
@@ -58,6 +60,7 @@ class Watch:
     """What one session watches: its subscriber and the cache rebuilt from what it received."""
     subscriber: KVEventSubscriber
     view: PrefixCacheView = field(default_factory=PrefixCacheView)
+    since: float = field(default_factory=time.monotonic)     # when Connect was pressed
     figures: FigureCache = field(default_factory=lambda: FigureCache(capacity=3))
 
     def poll(self, timeout_s: float = DRAIN_TIMEOUT_S) -> int:
@@ -98,16 +101,28 @@ def _retime() -> None:
     st.rerun(scope="app")
 
 
+MAX_RANKS = 64
+NO_PUBLISHER_AFTER_S = 5.0       # nothing received this long after Connect: say what to check
+
+
 def _connect() -> None:
     ss = st.session_state
     _close()
     ss[ERROR] = None
+    ranks = ss.get("w_kv_ranks", 1)
+    if not isinstance(ranks, (int, float)) or ranks != int(ranks) or \
+            not 1 <= ranks <= MAX_RANKS:             # refused as typed, never clamped
+        ss[ERROR] = (f"Cannot watch: Data-parallel ranks must be a whole number from 1 to "
+                     f"{MAX_RANKS}, got {ranks:g}" if isinstance(ranks, (int, float)) else
+                     f"Cannot watch: Data-parallel ranks must be a whole number from 1 to "
+                     f"{MAX_RANKS}")
+        return
     try:
         sub = KVEventSubscriber(ss.get("w_kv_endpoint", DEFAULT_ENDPOINT),
                                 topic=ss.get("w_kv_topic", ""),
                                 replay_endpoint=ss.get("w_kv_replay") or None,
                                 bind=bool(ss.get("w_kv_bind", False)),
-                                data_parallel_size=int(ss.get("w_kv_ranks", 1)))
+                                data_parallel_size=int(ranks))
     except ValueError as e:
         ss[ERROR] = f"Cannot watch: {e}"
     except Exception as e:              # a socket problem we did not foresee: say it, no trace
@@ -116,13 +131,27 @@ def _connect() -> None:
         ss[STATE] = Watch(sub)
 
 
-def _status(w: Watch) -> str:
+def _status(w: Watch, now: float | None = None) -> str:
+    """One line on what the subscriber has really seen: ZeroMQ connects in the background, so
+    until a batch arrives nothing says a publisher is there."""
     sub, view = w.subscriber, w.view
-    mode = "listening on" if sub.bind else "connected to"
-    last = ", ".join(f"rank {r}: seq {s}" for r, s in sorted(sub.last_seqs().items())) or "none yet"
-    parts = [f"{mode} `{sub.endpoint}`", f"topic `{sub.topic or '(all)'}`",
-             f"replay `{sub.replay_endpoint}`" if sub.replay_endpoint else "no replay endpoint",
-             f"last batch {last}"]
+    seqs = sub.last_seqs()
+    if not seqs:
+        waited = (time.monotonic() if now is None else now) - w.since
+        where = f"`{shown(sub.endpoint)}`"
+        if waited < NO_PUBLISHER_AFTER_S:
+            return (f"{'listening on' if sub.bind else 'waiting for a publisher at'} {where}: "
+                    "nothing received yet")
+        return (f"no publisher reached yet at {where} ({waited:.0f} s, nothing received). "
+                "Check that the server runs with KV events on (`--kv-events-config`, publisher "
+                "`zmq`), that HOST:PORT is its address (it binds `tcp://*:PORT`; connect to "
+                "the host it runs on), that the topic matches its `topic` (empty: all), and "
+                "that it has had requests to publish about")
+    mode = "listening on" if sub.bind else "receiving from"
+    last = ", ".join(f"rank {r}: seq {s}" for r, s in sorted(seqs.items()))
+    parts = [f"{mode} `{shown(sub.endpoint)}`", f"topic `{sub.topic or '(all)'}`",
+             f"replay `{shown(sub.replay_endpoint)}`" if sub.replay_endpoint
+             else "no replay endpoint", f"last batch {last}"]
     late = {r: s for r, s in sub.joined_at().items() if s > 0}
     if late:
         parts.append("joined late (history before " + ", ".join(
@@ -182,8 +211,8 @@ def draw(_shown=None) -> None:
     c[2].text_input("Replay endpoint (optional)", value="", key="w_kv_replay",
                     placeholder="tcp://127.0.0.1:5558",
                     help="the server's replay_endpoint: refetches missed batches")
-    c[3].number_input("Data-parallel ranks", min_value=1, max_value=64, value=1, step=1,
-                      key="w_kv_ranks", help="vLLM publishes rank r on the base port + r")
+    c[3].number_input("Data-parallel ranks", value=1, step=1, key="w_kv_ranks",
+                      help=f"1 to {MAX_RANKS}: vLLM publishes rank r on the base port + r")
     c[4].checkbox("Listen", value=False, key="w_kv_bind",
                   help="bind the endpoint instead of connecting (for a publisher that connects)")
     watching = st.session_state.get(STATE) is not None

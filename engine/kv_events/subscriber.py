@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from engine.kv_events.wire import (END_SEQ, KVEventBatch, check_endpoint, decode_batch,
+from engine.kv_events.wire import (END_SEQ, KVEventBatch, check_endpoint, decode_batch, shown,
                                    offset_endpoint_port, wants_ipv6)
 
 REPLAY_TIMEOUT_S = 2.0
@@ -132,7 +132,7 @@ class KVEventSubscriber:
         except zmq.ZMQError as e:
             self.close()
             how = "bind" if bind else "connect to"
-            raise ValueError(f"cannot {how} {endpoint!r}: {e}") from None
+            raise ValueError(f"cannot {how} {shown(endpoint)!r}: {e}") from None
         except ValueError:                   # an endpoint with no per-rank form
             self.close()
             raise

@@ -153,6 +153,12 @@ _TCP = re.compile(r"tcp://(?P<host>\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+"   # *
 EXAMPLE = "tcp://127.0.0.1:5557"
 
 
+def shown(endpoint: str, width: int = 60) -> str:
+    """An address as messages echo it: whole up to ``width`` characters, else its start and
+    its end (a pasted paragraph is not repeated back)."""
+    return endpoint if len(endpoint) <= width else f"{endpoint[:width - 16]}…{endpoint[-12:]}"
+
+
 def check_endpoint(text, what: str = "endpoint", *, bind: bool = False) -> str:
     """A ZeroMQ address, stripped; ValueError saying what is wrong with it otherwise.
 
@@ -165,20 +171,20 @@ def check_endpoint(text, what: str = "endpoint", *, bind: bool = False) -> str:
     if scheme == "tcp":
         m = _TCP.fullmatch(ep)
         if m is None:
-            raise ValueError(f"the {what} {ep!r} is not tcp://HOST:PORT (e.g. {EXAMPLE})")
+            raise ValueError(f"the {what} {shown(ep)!r} is not tcp://HOST:PORT (e.g. {EXAMPLE})")
         port = int(m["port"])
         if port > 65535 or (port == 0 and not bind):
-            raise ValueError(f"the {what} {ep!r} has port {port}: use 1-65535")
+            raise ValueError(f"the {what} {shown(ep)!r} has port {port}: use 1-65535")
         if m["host"] == "*" and not bind:
-            raise ValueError(f"the {what} {ep!r} has the wildcard host '*', which a server binds "
+            raise ValueError(f"the {what} {shown(ep)!r} has the wildcard host '*', which a server binds "
                              f"but nobody can connect to: use the server's address, e.g. "
                              f"tcp://127.0.0.1:{port}")
         return ep
     if scheme in ("ipc", "inproc"):
         if not ep.split("://", 1)[1]:
-            raise ValueError(f"the {what} {ep!r} names no {scheme} path")
+            raise ValueError(f"the {what} {shown(ep)!r} names no {scheme} path")
         return ep
-    raise ValueError(f"the {what} {ep!r} must start with tcp://, ipc:// or inproc:// "
+    raise ValueError(f"the {what} {shown(ep)!r} must start with tcp://, ipc:// or inproc:// "
                      f"(e.g. {EXAMPLE})")
 
 

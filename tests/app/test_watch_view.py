@@ -241,3 +241,29 @@ def test_the_event_charts_bin_a_long_stream():
     assert len(event_rate_figure(frame).data) == 2
     assert cached_blocks_figure(frame).data[0].y[-1] == 500
     assert "no KV event batches" in event_rate_figure(frame.head(0)).layout.annotations[0].text
+
+
+def test_the_status_tells_what_was_really_seen(page):
+    """Where nothing publishes, the status never says "connected": first "waiting", then, after
+    a few seconds, "no publisher reached yet" with what to check. Ranks out of range are
+    refused as typed; a long endpoint is not echoed whole."""
+    from app.views import watch
+    for typed in (0, 100):
+        page.number_input(key="w_kv_ranks").set_value(typed)
+        page.button(key="kv_connect_btn").click().run()
+        assert not page.exception
+        assert "Data-parallel ranks must be a whole number from 1 to 64" in page.error[0].value
+        assert "kv_watch" not in page.session_state
+    page.number_input(key="w_kv_ranks").set_value(1)
+    long = "tcp://" + "a" * 300 + ":5557"
+    page.text_input(key="w_kv_endpoint").input(long)
+    page.button(key="kv_connect_btn").click().run()
+    assert "a" * 100 not in page.error[0].value and "…" in page.error[0].value
+    page.text_input(key="w_kv_endpoint").input(f"tcp://127.0.0.1:{free_port()}")
+    page.button(key="kv_connect_btn").click().run()
+    w = page.session_state["kv_watch"]
+    now = watch._status(w)
+    assert "waiting for a publisher at" in now and "nothing received yet" in now
+    assert "connected" not in now
+    later = watch._status(w, now=w.since + 6)
+    assert later.startswith("no publisher reached yet at") and "--kv-events-config" in later
