@@ -134,3 +134,42 @@ def discrete_colorscale(colors: list[str]) -> list:
     for i, c in enumerate(colors):
         scale += [[i / k, c], [(i + 1) / k, c]]
     return scale
+
+
+PROJECTOR_MIN_FONT = 18       # px: figure text read from the back of a room at 1280x720
+_FONT_KEYS = ("font", "textfont", "tickfont", "insidetextfont", "outsidetextfont")
+
+
+def for_projector(fig: go.Figure, minimum: int = PROJECTOR_MIN_FONT) -> go.Figure:
+    """A copy of ``fig`` whose every text (titles, ticks, legends, annotations, cell labels)
+    is at least ``minimum`` px: the projector layout's figures (the page's builders are
+    sized for a screen read from close by)."""
+    d = fig.to_dict()
+
+    def raise_fonts(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _FONT_KEYS and isinstance(value, dict):
+                    size = value.get("size")
+                    if size is None or (isinstance(size, (int, float)) and size < minimum):
+                        value["size"] = minimum
+                raise_fonts(value)
+        elif isinstance(node, list):
+            for item in node:
+                raise_fonts(item)
+
+    layout_dict = d.setdefault("layout", {})
+    layout_dict.setdefault("font", {})
+    for axis in [k for k in layout_dict if k.startswith(("xaxis", "yaxis"))]:
+        layout_dict[axis].setdefault("tickfont", {})
+    raise_fonts(d)
+    title = layout_dict.get("title")
+    if isinstance(title, dict):
+        title.setdefault("font", {})["size"] = max(title.get("font", {}).get("size") or 0,
+                                                   minimum + 4)
+    if "height" in layout_dict:                 # larger type needs a little more room
+        layout_dict["height"] = int(layout_dict["height"] * 1.15)
+    margin = layout_dict.get("margin", {})
+    if margin.get("l", 0) > 30:                 # a margin sized for 12 px tick labels
+        margin["l"] = int(margin["l"] * minimum / FONT_SIZE)
+    return go.Figure(d)

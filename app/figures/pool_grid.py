@@ -99,7 +99,10 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
             legend.append(("copy-on-write src → dst (arrow)", COW_COLOR))
     cpu_rows = -(-len(snapshot.cpu_blocks) // cols)
     ticks = list(range(gpu_rows)) + [cpu_row0 + r for r in range(cpu_rows)]
-    labels = [f"GPU {r * cols}" for r in range(gpu_rows)] + [f"CPU {r * cols}" for r in range(cpu_rows)]
+    # rows named by the blocks they hold ("P0–P7", "C0–C7"), not "GPU 8" (read as a device id)
+    gpu, cpu = snapshot.blocks, snapshot.cpu_blocks
+    labels = ([f"P{r * cols}–{min((r + 1) * cols, len(gpu)) - 1}" for r in range(gpu_rows)] +
+              [f"C{r * cols}–{min((r + 1) * cols, len(cpu)) - 1}" for r in range(cpu_rows)])
     total_rows = gpu_rows + (1 + cpu_rows if cpu_rows else 0)
     st = snapshot.stats
     subtitle = (f"{st.total_blocks} blocks × {bs} slots · {st.used_blocks} used · "

@@ -15,6 +15,7 @@ from engine import StepSnapshot
 from engine.sched.registry import SEMANTICS
 
 from app.figure_cache import FigureCache
+from app.figures.common import for_projector
 from app.scenarios import REAL_VLLM
 from app.state import Lab, unexpected_message
 from app.views.help_texts import HOW_TO_READ
@@ -88,7 +89,10 @@ def chart(cache: FigureCache, builder: Callable, *args, key: str, config: dict =
     """The Plotly figure ``builder(*args)``, built once for these inputs (app/figure_cache.py).
     Views name a builder through its module (``pool_grid.pool_figure``), so the one drawn is
     the one the module has now (a test may replace it)."""
-    st.plotly_chart(cache.get(builder, *args), key=key, config=config, theme=None)
+    fig = cache.get(builder, *args)
+    if st.session_state.get("w_projector"):   # the same figure, its text projector-sized
+        fig = cache.get(for_projector, fig)
+    st.plotly_chart(fig, key=key, config=config, theme=None)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,10 @@ def _on_lockstep_step() -> None:
 
 @guarded
 def _on_real_vllm() -> None:
+    from app.views.controls import FULL_RERUN
     from app.views.sidebar import switch_engine
     switch_engine(REAL_VLLM)
+    st.session_state[FULL_RERUN] = True  # the sidebar's Engine choice and settings changed
 
 
 def draw(shown: Shown) -> None:

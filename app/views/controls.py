@@ -115,15 +115,57 @@ def play_timer() -> float | None:
 
 
 def presenter_row(lab: Lab) -> None:
-    a, b, c = st.columns([2.2, 1.2, 3], vertical_alignment="center")
+    """Play speed, the Projector toggle and the keys; in the projector layout (no sidebar) the
+    lesson picker is here too, so a class changes lessons without leaving it."""
     st.session_state.setdefault("w_speed", 1.0)
+    projector = bool(st.session_state.get("w_projector"))
+    a, b, c = st.columns([2.2, 1.2, 3] if not projector else [1.6, 1, 2.4],
+                         vertical_alignment="center")
     a.select_slider("Play speed (steps per second)", options=PLAY_SPEEDS, key="w_speed",
-                    on_change=_on_speed,
+                    on_change=_on_speed, label_visibility="collapsed" if projector else "visible",
                     help="how fast Play steps; the timer restarts at the new speed")
     b.toggle("Projector", key="w_projector", on_change=_on_projector,
-             help="hides the sidebar and enlarges the type for a 1280×720 projector; keys: "
-                  "→ step, ← back, space play/pause, r reset")
-    c.caption("Keys: **→** step · **←** back · **space** play/pause · **r** reset")
+             help="hides the sidebar, puts the narration beside the figures and enlarges all "
+                  "text, figures included, for a 1280×720 projector; keys: → step, ← back, "
+                  "space play/pause, r reset")
+    if projector:
+        projector_lesson_choice(c)
+    else:
+        c.caption("Keys: **→** step · **←** back · **space** play/pause · **r** reset")
+
+
+EXPLORE = ""                             # the projector's lesson choice: no lesson
+# Set by a callback of the main view (a fragment) that changed the sidebar's widgets: the main
+# view then reruns the whole page, so the browser gets their new values. Otherwise the browser
+# sends its old values with the next click and the sidebar's callbacks undo the change.
+FULL_RERUN = "full_rerun_needed"
+
+
+def projector_lesson_choice(container) -> None:
+    """The sidebar's Mode + Lesson, as one choice (the sidebar is hidden in the projector)."""
+    from app.lessons import LESSONS
+    ss = st.session_state
+    current = ss.get("w_lesson") if ss.get("w_mode") == "Lessons" else EXPLORE
+    ss["w_proj_lesson"] = current if current in LESSONS else EXPLORE
+    container.selectbox("Lesson", [EXPLORE, *LESSONS], key="w_proj_lesson",
+                        format_func=lambda k: "Explore (no lesson)" if k == EXPLORE
+                        else f"Lesson {LESSONS[k].title}",
+                        on_change=_on_projector_lesson, label_visibility="collapsed")
+
+
+@guarded
+def _on_projector_lesson() -> None:
+    from app.views.lessons import start_lesson
+    from app.views.session import show_settings
+    ss = st.session_state
+    chosen = ss.w_proj_lesson
+    if chosen == EXPLORE:
+        ss.w_mode = "Explore"
+        ss[FULL_RERUN] = True
+        return
+    ss.w_mode, ss.w_lesson = "Lessons", chosen
+    start_lesson(ss.lab, chosen, show_settings)
+    ss[FULL_RERUN] = True                # the sidebar's widgets must show the lesson's settings
 
 
 def history_slider(lab: Lab) -> None:

@@ -72,7 +72,8 @@ def lesson_panel(lab) -> None:
         if cp is not None:
             st.markdown(f"**At step {run.reached.step}:** {cp.text}")
         nxt = run.next_checkpoint
-        cols = st.columns([2, 3])
+        narrow = bool(st.session_state.get("w_projector"))   # a column beside the figures
+        cols = [st.container(), st.container()] if narrow else st.columns([2, 3])
         if nxt is not None:
             cols[0].button(f"Next: {nxt.until_label} ▶", key="lesson_next", type="primary",
                            on_click=_on_next, width="stretch",
@@ -83,7 +84,8 @@ def lesson_panel(lab) -> None:
             st.warning(run.missed)
         if cp is not None and cp.question is not None:
             q = cp.question
-            a, b = st.columns([3, 1], vertical_alignment="bottom")
+            a, b = ((st.container(), st.container()) if narrow
+                    else st.columns([3, 1], vertical_alignment="bottom"))
             a.text_input(q.text, key="w_lesson_answer", placeholder="a number")
             b.button("Check", key="lesson_check", on_click=_on_check, width="stretch")
             if run.answered is True:

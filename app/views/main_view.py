@@ -39,6 +39,8 @@ def main_fragment(timer: float | None) -> Callable[[], None]:
             return
         if lab.released:                 # idle-released: get_lab (a whole-page run) revives it
             st.rerun(scope="app")
+        if st.session_state.pop(controls.FULL_RERUN, False):
+            st.rerun(scope="app")        # a callback here changed the sidebar's widgets
         # in use while drawn (Play's timer reruns only this fragment, so this is its activity)
         with lab.in_use(), short_errors("the lab"):
             _main_area(lab, timer)
@@ -65,8 +67,7 @@ def _main_area(lab: Lab, timer: float | None) -> None:
         error_slot.error(lab.error)
     elif lab.notice:
         error_slot.warning(lab.notice)
-    if st.session_state.get("w_mode") == "Lessons" and not lab.replaying:
-        lessons.lesson_panel(lab)
+    lesson = st.session_state.get("w_mode") == "Lessons" and not lab.replaying
     snap = lab.current()
     total = lab.snapshots()[-1].step
     state = ("finished" if lab.finished and not lab.replaying else
@@ -81,14 +82,36 @@ def _main_area(lab: Lab, timer: float | None) -> None:
         st.warning(f"A Triton kernel could not run on this machine, so the torch reference ran "
                    f"that op instead (outputs are unchanged): `{snap.backend}`")
     with short_errors("this view"):
-        step_view(lab)
+        if st.session_state.get("w_projector"):
+            # the projector layout: the lesson and the narration beside the figures they talk
+            # about, so at 1280x720 the figures are on the first screen
+            shown = Shown.of(lab)
+            left, right = st.columns([1, 2.3], gap="medium")
+            with left:
+                if lesson:
+                    lessons.lesson_panel(lab)
+                step_text(shown, compact=True)
+            with right:
+                tabs.draw(shown)
+        else:
+            if lesson:
+                lessons.lesson_panel(lab)
+            step_view(lab)
     st.caption(f"rendered step {snap.step}")
+
+
+def step_text(shown: Shown, compact: bool = False) -> None:
+    """The narration of the step shown and its metrics (one line of them when compact)."""
+    st.info(narration.narrate(shown.snap, shown.prev, shown.decode))
+    if compact:
+        st.caption(" · ".join(f"{m.label} **{m.value}**" for m in metrics.metrics(shown.snap)))
+        return
+    for col, m in zip(st.columns(6), metrics.metrics(shown.snap)):
+        col.metric(m.label, m.value, help=m.help)
 
 
 def step_view(lab: Lab) -> None:
     """The narration of the step shown, its metrics, and the tabs."""
     shown = Shown.of(lab)
-    st.info(narration.narrate(shown.snap, shown.prev, shown.decode))
-    for col, m in zip(st.columns(6), metrics.metrics(shown.snap)):
-        col.metric(m.label, m.value, help=m.help)
+    step_text(shown)
     tabs.draw(shown)

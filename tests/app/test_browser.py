@@ -558,3 +558,39 @@ def test_a_400_step_export_uploads_back(server, browser, tmp_path):
     page.get_by_text(f"Step {last} of {last}", exact=False).first.wait_for(timeout=60_000)
     assert not exceptions_on(page)
     page.close()
+
+
+FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')]
+  .filter((e) => e.offsetParent !== null)
+  .map((e) => ({top: e.getBoundingClientRect().top, bottom: e.getBoundingClientRect().bottom,
+                minFont: Math.min(...[...e.querySelectorAll('text')]
+                  .filter((t) => t.textContent.trim())
+                  .map((t) => parseFloat(getComputedStyle(t).fontSize)))}))"""
+
+
+@pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
+def test_projector_shows_the_figures_on_the_first_screen(server, browser, width, height):
+    """?projector=1 at a projector's size: the Memory tab's two figures start on the first
+    screen, their text is at least 18 px, and a lesson can be chosen without leaving the
+    layout; its panel sits beside the figures, which stay on the first screen."""
+    url, _ = server
+    page = browser.new_page()
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(f"{url}/?projector=1")
+    wait_rendered(page, 0, 90_000)
+    click_step(page)
+    time.sleep(1.0)
+    figs = page.evaluate(FIGURES_JS)
+    assert len(figs) == 2, figs
+    assert all(f["top"] < 0.6 * height and f["minFont"] >= 18 for f in figs), figs
+    page.locator('.st-key-w_proj_lesson [data-testid="stSelectbox"]').click()
+    page.get_by_role("option", name=re.compile("^Lesson 2 · Parallel sampling")).click()
+    page.get_by_role("button", name=re.compile("^Next: ")).wait_for(timeout=60_000)
+    page.get_by_role("button", name=re.compile("^Next: ")).click()
+    page.get_by_text("checkpoint 1 of", exact=False).wait_for(timeout=60_000)
+    time.sleep(1.0)
+    pw.expect(page.locator('section[data-testid="stSidebar"]')).to_be_hidden()
+    figs = page.evaluate(FIGURES_JS)
+    assert len(figs) == 2 and all(f["top"] < 0.6 * height for f in figs), figs
+    assert not exceptions_on(page)
+    page.close()
