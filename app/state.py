@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import re
 import logging
 import sys
 import threading
@@ -153,9 +154,8 @@ def _start_real_vllm(ours: Engine, s: Settings, params, prompts):
     problems = page_settings_problems(ours, [params] * len(prompts))
     if problems:
         ours.close()
-        raise ValueError("Real vLLM cannot run these settings: " + "; ".join(problems)
-                         .replace("block_size", "block size").replace(
-                             "max_num_batched_tokens", "token budget per step"))
+        raise ValueError(page_words("Real vLLM cannot run these settings: "
+                                    + "; ".join(problems)))
     with _build_lock:
         engine = VllmPageEngine(ours, seed=s.seed)
     _REAL_VLLM_ENGINES.add(engine)
@@ -482,13 +482,28 @@ def start_idle_sweeper(interval_s: float = 15.0, is_connected=None) -> None:
         _sweeper.start()
 
 
+# the engine's names (its Python API) -> the sidebar's labels, for messages shown on the page
+PAGE_LABELS = {"max_num_batched_tokens": "token budget per step (v1)",
+               "num_gpu_blocks": "GPU pool (blocks)", "num_cpu_blocks": "CPU pool (blocks)",
+               "block_size": "block size", "max_tokens": "max tokens",
+               "beam_width": "beam width", "top_p": "top-p", "top_k": "top-k",
+               "length_penalty": "length penalty (beams)", "ignore_eos": "ignore EOS",
+               "preemption_mode": "Preemption", "enable_prefix_caching": "Prefix caching"}
+_API_NAME = re.compile(r"\b(" + "|".join(PAGE_LABELS) + r")\b")
+
+
+def page_words(text: str) -> str:
+    """``text`` with the engine's setting names replaced by the sidebar's labels."""
+    return _API_NAME.sub(lambda m: PAGE_LABELS[m.group(1)], text)
+
+
 def _message(exc: Exception) -> str:
     """What the page shows: a ValueError's reason (without server paths); for anything else a
     short line, with the traceback logged on the server."""
     if isinstance(exc, hosting.ModelNotOffered):
         return str(exc)                  # what the session typed, and the operator's list
     if isinstance(exc, ValueError):
-        return hosting.public_message(str(exc))
+        return page_words(hosting.public_message(str(exc)))
     log.error("unexpected error while building an engine", exc_info=exc)
     return unexpected_message(exc)
 

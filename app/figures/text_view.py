@@ -36,11 +36,17 @@ def text_html(snapshot, decode=None, include_done: bool = True) -> str:
             spans = []
             for j, t in enumerate(chunk):
                 pos = logical * bs + j
+                # a token whose K/V is not written yet (the one just sampled, also mid-block)
+                # is drawn pending: dashed, until a step computes it
+                pending = pos >= s.num_computed and s.status != "finished"
                 look = ("color:#666" if pos < s.prompt_len else
                         "color:#000;font-weight:bold;text-decoration:underline")
+                if pending:
+                    look += ";outline:1px dashed #D55E00;outline-offset:-1px"
                 kind = "prompt" if pos < s.prompt_len else "generated"
                 sep = "border-right:1px dotted #9aa;" if j < len(chunk) - 1 else ""
-                spans.append(f'<span class="{kind}" style="{look};{sep}">'
+                spans.append(f'<span class="{kind}" style="{look};{sep}"'
+                             f'{" data-pending" if pending else ""}>'
                              f'{html.escape(t).replace(chr(10), "↵")}</span>')
             band = (f"background:{_BANDS[logical % 2]};border-left:3px solid #0072B2" if in_table
                     else "border:1px dashed #0072B2")

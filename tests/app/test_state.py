@@ -18,8 +18,8 @@ BAD_SETTINGS = [   # (changes to the "parallel" preset, words the error must con
     (dict(n=0), "n must be an integer >= 1"),
     (dict(n=2, beam_width=2), "not both"),
     (dict(block_size=3), "power of two"),
-    (dict(preemption_mode="swap", num_cpu_blocks=0), "num_cpu_blocks > 0"),
-    (dict(top_p=1.5), "top_p"),
+    (dict(preemption_mode="swap", num_cpu_blocks=0), "CPU pool (blocks) > 0"),   # its label
+    (dict(top_p=1.5), "top-p"),
     (dict(max_model_len=0), "max_model_len must be"),
     (dict(max_model_len=-4), "max_model_len must be"),
     (dict(max_model_len=2.5), "max_model_len must be"),
