@@ -1,72 +1,120 @@
-"""Slides: the whole run as one Plotly animation (pool + block tables per step, a slider and a
-Play button), saved as one self-contained HTML file that opens offline in any browser.
+"""Slides: the run as a deck of slides in one self-contained HTML file (plotly.js inlined, so
+it opens offline in any browser), one slide per step shown.
 
-Each frame reuses the page's own figure builders (pool_grid, block_tables) on that step's
-snapshot, so the slides show exactly what the page showed.
+Each slide is the page's own figures (pool_grid, block_tables) at projector size
+(``for_projector``: all text >= 18 px, their legends included) and the step's whole narration
+as HTML text, which wraps instead of being cut. ← / → (or the buttons) move between slides.
+A long run is thinned to at most ``MAX_SLIDES`` slides, evenly spaced, first and last always
+kept, so a 400-step run stays a few MB; ``SlideDeck`` says how many slides and bytes before
+the file is downloaded.
 """
 from __future__ import annotations
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+import html
+import json
+from dataclasses import dataclass
 
 from app.figures.block_tables import block_table_figure
-from app.figures.common import FONT_SIZE
+from app.figures.common import for_projector
 from app.figures.pool_grid import pool_figure
 
-
-def _panels(snap, decode) -> tuple[go.Heatmap, go.Heatmap]:
-    pool = pool_figure(snap, decode, show_moves=False)
-    tables = block_table_figure(snap, decode)
-    heat = [t for t in pool.data if isinstance(t, go.Heatmap)]
-    table = [t for t in tables.data if isinstance(t, go.Heatmap)]
-    empty = go.Heatmap(z=[[None]], showscale=False, hoverinfo="skip")
-    return (heat[0] if heat else empty), (table[0] if table else empty)
+MAX_SLIDES = 120
 
 
-def _caption(snap, narration) -> str:
-    head = f"Step {snap.step} · {snap.kind}"
-    return head if narration is None else f"{head}<br><sup>{narration(snap)[:160]}</sup>"
+def thin(snapshots, limit: int = MAX_SLIDES) -> list:
+    """At most ``limit`` snapshots, evenly spaced, the first and the last included."""
+    snaps = list(snapshots)
+    if len(snaps) <= limit:
+        return snaps
+    picks = sorted({round(i * (len(snaps) - 1) / (limit - 1)) for i in range(limit)})
+    return [snaps[i] for i in picks]
 
 
-def slides_figure(snapshots, decode=None, narration=None) -> go.Figure:
-    """One frame per snapshot; ``narration(snapshot) -> str`` (optional) captions each frame."""
+@dataclass(frozen=True)
+class SlideDeck:
+    html: str
+    slides: int          # slides in the deck
+    steps: int           # snapshots it was made from
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.html.encode("utf-8"))
+
+    def summary(self) -> str:
+        thinned = (f" (every {self.steps / self.slides:.1f}th of {self.steps} snapshots: long "
+                   f"runs are thinned to {MAX_SLIDES})" if self.slides < self.steps else "")
+        return f"{self.slides} slides{thinned}, {self.size_bytes / 2**20:.1f} MB"
+
+
+def _figure_json(fig) -> dict:
+    return json.loads(fig.to_json())
+
+
+def slides_deck(snapshots, decode=None, narration=None,
+                title: str = "PagedAttention Lab") -> SlideDeck:
+    """The deck; ``narration(snapshot) -> str`` (optional) is each slide's text."""
     snaps = list(snapshots)
     if not snaps:
         raise ValueError("no snapshots to export")
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.08,
-                        subplot_titles=("Physical block pool", "Block tables"))
-    pool, table = _panels(snaps[0], decode)
-    fig.add_trace(pool, row=1, col=1)
-    fig.add_trace(table, row=1, col=2)
-    frames = []
-    for snap in snaps:
-        p, t = _panels(snap, decode)
-        frames.append(go.Frame(name=str(snap.index), data=[p, t], traces=[0, 1],
-                               layout=dict(title=dict(text=_caption(snap, narration)))))
-    fig.frames = frames
-    fig.update_yaxes(autorange="reversed", showgrid=False)
-    fig.update_xaxes(showgrid=False, showticklabels=False)
-    slider = dict(active=0, currentvalue=dict(prefix="step "), pad=dict(t=30), steps=[
-        dict(method="animate", label=str(s.step),
-             args=[[str(s.index)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                                       transition=dict(duration=0))])
-        for s in snaps])
-    play = dict(type="buttons", direction="left", x=0, y=-0.08, xanchor="left", showactive=False,
-                buttons=[dict(label="▶ Play", method="animate",
-                              args=[None, dict(frame=dict(duration=700, redraw=True),
-                                               fromcurrent=True, transition=dict(duration=0))]),
-                         dict(label="⏸ Pause", method="animate",
-                              args=[[None], dict(mode="immediate", frame=dict(duration=0))])])
-    fig.update_layout(title=dict(text=_caption(snaps[0], narration), font=dict(size=FONT_SIZE + 2)),
-                      font=dict(size=FONT_SIZE), template="plotly_white", height=720,
-                      margin=dict(l=20, r=20, t=110, b=120), sliders=[slider],
-                      updatemenus=[play])
-    return fig
+    chosen = thin(snaps)
+    slides = []
+    for snap in chosen:
+        slides.append({
+            "step": snap.step, "kind": snap.kind,
+            "text": html.escape(narration(snap)) if narration is not None else "",
+            "pool": _figure_json(for_projector(pool_figure(snap, decode, show_moves=True))),
+            "tables": _figure_json(for_projector(block_table_figure(snap, decode)))})
+    from plotly.offline import get_plotlyjs
+    data = json.dumps(slides, separators=(",", ":")).replace("</", "<\\/")
+    page = _TEMPLATE.format(title=html.escape(title), plotlyjs=get_plotlyjs(), slides=data,
+                            total=len(chosen))
+    return SlideDeck(page, len(chosen), len(snaps))
 
 
 def slides_html(snapshots, decode=None, narration=None, title: str = "PagedAttention Lab") -> str:
-    """The animation as one HTML file with plotly.js inlined (no network needed to open it)."""
-    fig = slides_figure(snapshots, decode, narration)
-    html = fig.to_html(full_html=True, include_plotlyjs=True, auto_play=False,
-                       config={"displaylogo": False})
-    return html.replace("<head>", f"<head><title>{title}</title>", 1)
+    return slides_deck(snapshots, decode, narration, title).html
+
+
+_TEMPLATE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>
+  body {{font-family: "Source Sans Pro", Arial, sans-serif; margin: 0; padding: 12px 20px;
+         color: #222;}}
+  header {{display: flex; align-items: center; gap: 14px; font-size: 22px;}}
+  header h1 {{font-size: 26px; margin: 0; flex: 1;}}
+  button {{font-size: 20px; padding: 4px 14px;}}
+  #text {{font-size: 22px; line-height: 1.35; background: #eef4fb; color: #1a4b8c;
+          padding: 10px 14px; margin: 10px 0; border-radius: 6px;}}
+  #figs {{display: flex; gap: 12px;}}
+  #figs > div {{flex: 1; min-width: 0;}}
+</style>
+<script>{plotlyjs}</script></head>
+<body>
+<header><h1>{title}</h1>
+  <button id="prev" title="previous slide (←)">◀</button>
+  <span id="where">slide 1 of {total}</span>
+  <button id="next" title="next slide (→)">▶</button></header>
+<div id="text"></div>
+<div id="figs"><div id="tables"></div><div id="pool"></div></div>
+<script>
+const SLIDES = {slides};
+let at = 0;
+const CONFIG = {{displaylogo: false, responsive: true}};
+function show(i) {{
+  at = Math.max(0, Math.min(SLIDES.length - 1, i));
+  const s = SLIDES[at];
+  document.getElementById("where").textContent =
+    `slide ${{at + 1}} of ${{SLIDES.length}} · step ${{s.step}} (${{s.kind}})`;
+  document.getElementById("text").innerHTML = s.text || `Step ${{s.step}}`;
+  Plotly.react("tables", s.tables.data, s.tables.layout, CONFIG);
+  Plotly.react("pool", s.pool.data, s.pool.layout, CONFIG);
+}}
+document.getElementById("prev").onclick = () => show(at - 1);
+document.getElementById("next").onclick = () => show(at + 1);
+document.addEventListener("keydown", (e) => {{
+  if (e.key === "ArrowRight" || e.key === " ") {{ e.preventDefault(); show(at + 1); }}
+  if (e.key === "ArrowLeft") {{ e.preventDefault(); show(at - 1); }}
+}});
+show(0);
+</script></body></html>
+"""

@@ -19,13 +19,24 @@ def draw(shown: Shown) -> None:
                        data=lambda: trace_io.metrics_csv(snaps), file_name=f"paged-lab-{name}.csv",
                        mime="text/csv", on_click="ignore")
     decode = lab.decode
-    st.download_button("Download slides (HTML: an animation of the pool and block tables, one "
-                       "frame per step; opens offline in any browser)",
-                       data=lambda: slides.slides_html(
-                           snaps, decode, lambda s: narration.narrate(s, None, decode),
-                           title=f"PagedAttention Lab: {name}"),
-                       file_name=f"paged-lab-{name}-slides.html", mime="text/html",
-                       on_click="ignore")
+    # slides take a second or two to build (two figures per slide), so they are prepared on
+    # request and their size is stated before the download
+    key = (id(lab), len(snaps), snaps[-1].index, snaps[0].index, name)
+    deck = st.session_state.get("slides_deck")
+    if deck is not None and deck[0] != key:
+        deck = None
+    if deck is None:
+        if st.button("Prepare slides (HTML: pool and block tables at projector size with each "
+                     "step's narration; opens offline in any browser)", key="slides_prepare"):
+            with st.spinner("building the slides…"):
+                built = slides.slides_deck(snaps, decode,
+                                           lambda s: narration.narrate(s, None, decode),
+                                           title=f"PagedAttention Lab: {name}")
+            st.session_state.slides_deck = deck = (key, built)
+    if deck is not None:
+        st.download_button(f"Download slides ({deck[1].summary()})", data=deck[1].html,
+                           file_name=f"paged-lab-{name}-slides.html", mime="text/html",
+                           on_click="ignore")
     st.caption(f"{len(snaps)} snapshots kept (steps {snaps[0].step}–{snaps[-1].step}). Load "
                "a trace back with the sidebar's uploader to replay it without an engine. Each "
                "figure's camera button (top right of the figure) saves it as a PNG.")

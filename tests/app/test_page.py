@@ -3,6 +3,7 @@ on the page are the engine's own; bad input shows st.error and keeps the session
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -175,8 +176,10 @@ def test_history_controls_tabs_and_play(app):
             assert "step 3" in chart(at, key)["layout"]["title"]["text"]
         if tab == "Export":
             labels = [b.proto.label for b in at.get("download_button")]
-            assert [x.split(" (")[0] for x in labels] == [
-                "Download trace", "Download metrics", "Download slides"]
+            assert [x.split(" (")[0] for x in labels] == ["Download trace", "Download metrics"]
+            at.button(key="slides_prepare").click().run()      # the size, before the download
+            labels = [b.proto.label for b in at.get("download_button")]
+            assert re.match(r"Download slides \(4 slides, \d+\.\d MB\)", labels[-1]), labels
     at.button(key="play_btn").click().run()
     assert lab(at).playing and at.button(key="play_btn").label == "⏸ Pause"
     at.button(key="play_btn").click().run()
