@@ -2,7 +2,9 @@
 
 Nothing here imports Streamlit. Both engines are built from one ``Settings`` (only
 ``semantics`` differs); an engine that cannot run these requests (v1 refuses beam search) is
-None with its reason, and the other one still steps.
+None with its reason, and the other one still steps. With ``main`` (the lab's own engine) one
+of the two *is* the lab's engine: the page's Step, keys and narration then step and tell the
+same run the Compare tab shows, and its partner is caught up to the same step when built.
 """
 from __future__ import annotations
 
@@ -22,17 +24,37 @@ class Comparison:
     settings: Settings                            # with semantics "v0"; v1 replaces it
     engines: dict[str, Engine | None] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    main: str | None = None                       # which engine is the lab's own
 
     @classmethod
-    def build(cls, settings: Settings, build_engine) -> "Comparison":
+    def build(cls, settings: Settings, build_engine, main: Engine | None = None
+              ) -> "Comparison":
         cmp = cls(settings.replace(semantics="v0", real_vllm=False))
+        if main is not None:
+            cmp.main = main.semantics.name
         for sem, rules in SEMANTICS.items():      # each with the settings its engine fixes
+            if sem == cmp.main:
+                cmp.engines[sem] = main
+                continue
             s = settings.replace(semantics=sem, real_vllm=False, **rules.fixed_settings)
             try:
                 cmp.engines[sem] = build_engine(s)
             except ValueError as exc:      # shown on the page: no server paths
                 cmp.engines[sem], cmp.errors[sem] = None, public_message(str(exc))
+        if main is not None:               # the partner catches up to the lab's step
+            for _ in range(main.step_no):
+                if not cmp.step_partners():
+                    break
         return cmp
+
+    def step_partners(self) -> bool:
+        """One step of every engine but the lab's that still has work; False if none had."""
+        stepped = False
+        for sem, e in self.live().items():
+            if sem != self.main and e.has_unfinished_requests():
+                e.step()
+                stepped = True
+        return stepped
 
     def live(self) -> dict[str, Engine]:
         return {sem: e for sem, e in self.engines.items() if e is not None}

@@ -158,6 +158,22 @@ def preset(key: str, model: str | None = None) -> Settings:
     return s.replace(model=model) if model else s
 
 
+# where a scenario's point reads differently under v1's rules (no fork, no copy-on-write)
+POINTS_V1: dict[str, str] = {
+    "parallel": "The 4 samples are 4 child requests (v1 has no fork and no copy-on-write): the "
+                "first computes the prompt; the others find its full blocks in the prefix cache "
+                "(refcount 4), and each computes the partly filled last block itself.",
+    "beam": "Beam search is not part of vLLM v1's engine: this scenario runs under vLLM v0.",
+}
+
+
+def scenario_point(key: str, choice: str) -> str:
+    """The one-sentence point of scenario ``key`` under the Engine choice ``choice``."""
+    if rules_of_choice(choice).name == "v1" and key in POINTS_V1:
+        return POINTS_V1[key]
+    return SCENARIOS[key].point
+
+
 def engine_choice(s: Settings) -> str:
     """The Engine choice ``s`` runs under: "v0", "v1" or REAL_VLLM."""
     return REAL_VLLM if s.real_vllm else s.semantics

@@ -273,11 +273,21 @@ class Lab:
         return True
 
     def comparison(self, fresh: bool = False) -> Comparison:
-        """A v0 and a v1 engine on the current settings' requests (built on first use)."""
-        if fresh or self._compare is None or self._compare.settings != \
+        """The lab's engine and one under the other engine's rules, on the same requests
+        (built on first use, the partner caught up to the lab's step)."""
+        cmp = self._compare
+        if fresh or cmp is None or cmp.main is None or \
+                cmp.engines.get(cmp.main) is not self.engine or cmp.settings != \
                 self.settings.replace(semantics="v0", real_vllm=False):
-            self._compare = Comparison.build(self.settings, build_engine)
+            self._compare = Comparison.build(self.settings, build_engine, main=self.engine)
         return self._compare
+
+    def step_both(self) -> bool:
+        """The Compare tab's Step both: the lab's step (its partner steps with it), or, once
+        the lab's engine is done, the partner alone; False if neither had anything to do."""
+        if not self.finished:
+            return self.step()
+        return self._compare is not None and self._compare.step_partners()
 
     def block_size_sweep(self):
         """The current requests at block sizes 1..128 (length-only engine, same pool capacity
@@ -352,6 +362,9 @@ class Lab:
             self.forward()
             return True
         self.engine.step()
+        if self._compare is not None and self._compare.main is not None and \
+                self._compare.engines.get(self._compare.main) is self.engine:
+            self._compare.step_partners()    # the Compare tab's partner keeps in lockstep
         self.view = None                 # a new step shows the newest state
         return True
 

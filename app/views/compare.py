@@ -20,12 +20,17 @@ AGREEMENT_FIELDS = ("tokens scheduled, preemptions, queues, computed tokens, blo
 
 @guarded
 def _on_compare_step() -> None:
-    st.session_state.lab.comparison().step()
+    lab = st.session_state.lab
+    lab.comparison()
+    if lab.step_both():
+        lab.error = None
 
 
 @guarded
 def _on_compare_reset() -> None:
-    st.session_state.lab.comparison(fresh=True)
+    lab = st.session_state.lab
+    lab.apply(lab.settings)              # the lab's engine is one of the two: both restart
+    lab.comparison(fresh=True)
 
 
 @guarded
@@ -53,8 +58,12 @@ def draw(shown: Shown) -> None:
         return
     cmp = lab.comparison()
     st.markdown(f"**What differs here:** {COMPARE_NOTES.get(lab.settings.scenario, '')}")
+    st.caption(f"The {SEMANTICS[cmp.main].label} side is the page's own engine (the Step "
+               "button, → and the narration above step and tell it); the other runs the same "
+               "requests beside it, step for step.")
     c = st.columns([1, 1, 1, 3])
-    c[0].button("Step both", type="primary", key="cmp_step", disabled=cmp.finished,
+    c[0].button("Step both", type="primary", key="cmp_step",
+                disabled=cmp.finished and lab.at_latest,
                 on_click=_on_compare_step, width="stretch")
     run = c[1].button("Run both to the end", key="cmp_run", disabled=cmp.finished,
                       width="stretch")
@@ -65,14 +74,16 @@ def draw(shown: Shown) -> None:
                      "beside it, compared after every step")
     if run:
         bar = st.progress(0.0, text="running both engines…")
+        lab.show(None)
         for i in range(500):
-            if not cmp.step():
+            if not lab.step_both():
                 break
             bar.progress(min(1.0, (i + 1) / 100), text=f"step {i + 1}")
         st.rerun(scope="app")
     table = lockstep.compare_table(cmp)
-    if len(table.columns):
-        st.dataframe(table.astype(str), width="stretch")
+    if len(table.columns):               # every row shown, no inner scroll, labels whole
+        st.dataframe(table.astype(str), width="stretch", height=38 + 35 * len(table),
+                     column_config={"_index": st.column_config.TextColumn(width="large")})
     for col, (name, rules) in zip(st.columns(len(SEMANTICS), gap="medium"), SEMANTICS.items()):
         with col:
             st.markdown(f"#### {rules.label}")

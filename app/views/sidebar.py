@@ -8,11 +8,14 @@ from engine.sched.registry import SEMANTICS, semantics_of
 
 from app import hosting, state, trace_io
 from app.scenarios import (ENGINE_CHOICES, REAL_VLLM, REAL_VLLM_BLOCK_MULTIPLE, SCENARIOS,
-                           engine_choice, preset, rules_of_choice, under_engine)
+                           engine_choice, preset, rules_of_choice, scenario_point,
+                           under_engine)
 from app.state import Lab
 from app.views import lessons
 from app.views.common import engine_label, guarded, starting
 from app.views.session import load_widgets, settings_from_widgets, show_settings
+
+RELOAD = "reload_settings_widgets"     # set by a refused Apply: show the running settings
 
 # where a preset an engine refuses (v1: beam search) runs instead: an engine that has beams
 BEAM_ENGINE = next(rules.name for rules in SEMANTICS.values() if rules.has_beam_search)
@@ -115,7 +118,96 @@ def real_vllm_caption(lab: Lab) -> None:
                else f"Real vLLM is not available here. {line}")
 
 
+def settings_panel(lab: Lab) -> None:
+    """Scenario, engine and the settings form (Apply & reset), showing the running engine's
+    settings: a refused Apply puts them back (the error names what was refused)."""
+    st.selectbox("Scenario", list(SCENARIOS), format_func=lambda k: SCENARIOS[k].label,
+                 key="w_scenario", on_change=_on_scenario)
+    st.caption(scenario_point(st.session_state.w_scenario, st.session_state.w_semantics))
+    st.radio("Engine", list(ENGINE_CHOICES), format_func=engine_label,
+             key="w_semantics", horizontal=True, on_change=_on_semantics,
+             help="vLLM v0: separate prefill and decode steps, fork + copy-on-write for n > 1 "
+                  "and beams, swap or recompute. vLLM v1: one token budget per step "
+                  "(chunked prefill), n > 1 as child requests sharing the prompt through the "
+                  "prefix cache, recompute-only preemption, block 0 as the null block. "
+                  "Real vLLM: the installed vLLM itself (v1), stepped in this server, every "
+                  "figure drawn from its own state; our v1 runs the same requests beside it "
+                  "(Compare tab). No beam search and no swap there, as in our v1.")
+    real_vllm_caption(lab)
+    rules = rules_of_choice(st.session_state.w_semantics)
+    with st.form("settings", border=False):
+        model_ok = model_field(lab)
+        st.text_area("Prompts (one request per line)", key="w_prompts", height=110)
+        a, b = st.columns(2)
+        a.number_input("n (samples)", key="w_n", step=1)
+        b.number_input("beam width", key="w_beam_width", step=1,
+                       help="> 1 = beam search: transformers' scoring, vLLM v0's memory rules "
+                            "(survivors fork, pruned beams free blocks); needs temperature 0")
+        a.number_input("temperature", key="w_temperature", step=0.1, format="%.2f")
+        b.number_input("max tokens", key="w_max_tokens", step=1)
+        a.number_input("block size", key="w_block_size", step=1,
+                       help="tokens per KV block: a power of two")
+        b.number_input("seed", key="w_seed", step=1)
+        a.number_input("GPU pool (blocks)", key="w_num_gpu_blocks", step=1)
+        b.number_input("CPU pool (blocks)", key="w_num_cpu_blocks", step=1,
+                       help="swap space; 0 disables swapping")
+        st.number_input("max_model_len (slots per sequence)", key="w_max_model_len", step=1,
+                        help="the slab a contiguous allocator reserves for every sequence: "
+                             "the longest prompt + output a sequence may reach (vLLM's "
+                             "max_model_len). Empty = the model's context.")
+        st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True,
+                 disabled=not rules.has_swap,
+                 help=f"{rules.label} preempts by recompute only (it has no swap)"
+                 if not rules.has_swap else "what happens to a preempted sequence's blocks")
+        st.checkbox("Prefix caching", key="w_enable_prefix_caching",
+                    help="on by default in vLLM v1, off in v0")
+        st.number_input("token budget per step (v1)", key="w_max_num_batched_tokens", step=1,
+                        disabled=not rules.chunks_prefills,
+                        help="vLLM v1's max_num_batched_tokens: the tokens one step may "
+                             "compute; a longer prompt is computed in chunks (chunked "
+                             "prefill). v0 computes whole prompts in a prefill step.")
+        with st.expander("More sampling settings"):
+            st.number_input("top-p", key="w_top_p", step=0.05, format="%.2f",
+                            help="sampling only: beam search ranks every token, so with "
+                                 "beam width > 1 it is not used")
+            st.number_input("top-k (-1 = off)", key="w_top_k", step=1,
+                            help="sampling only: not used with beam width > 1")
+            st.number_input("length penalty (beams)", key="w_length_penalty", step=0.1,
+                            format="%.2f", help="beam search only: not used with beam "
+                                                "width 1")
+            st.checkbox("ignore EOS (always run to max tokens)", key="w_ignore_eos")
+        with st.expander("Kernels"):
+            st.selectbox("Kernel backend", ["auto", "torch", "triton", "triton-legacy"],
+                         key="w_backend",
+                         help="auto: Triton kernels on a CUDA GPU (an op whose kernel fails "
+                              "to compile or launch falls back to torch, and the page says "
+                              "so), torch on CPU. torch / triton force one; triton-legacy "
+                              "is the previous Triton decode/prefill. On CPU, Triton needs "
+                              "TRITON_INTERPRET=1 set before the server starts.")
+        if st.form_submit_button("Apply & reset", type="primary", width="stretch") \
+                and model_ok:
+            chosen = settings_from_widgets()
+            with starting(chosen):
+                applied = lab.apply(chosen)
+            if not applied:              # the sidebar shows what runs, not what was refused
+                st.session_state[RELOAD] = True
+                st.rerun()
+
+
+def replay_facts(lab: Lab) -> None:
+    """While a trace replays, what it is (read from its snapshots), not the live settings."""
+    first = lab.trace[0]
+    st.info(f"Replaying **{lab.trace_name}**: {len(lab.trace)} snapshots (steps "
+            f"{first.step}–{lab.trace[-1].step}) of {engine_label(first.semantics)}, model "
+            f"`{first.model}`, block size {first.block_size}, {first.stats.total_blocks} "
+            "blocks. The live engine's settings come back with *Back to the live engine*.")
+
+
 def draw(lab: Lab) -> None:
+    if st.session_state.pop(RELOAD, False) or "w_scenario" not in st.session_state:
+        # before the widgets: they show the running settings (also after a replay, which
+        # hides them, so Streamlit dropped their values)
+        show_settings(lab.settings)
     with st.sidebar:
         st.title("PagedAttention Lab")
         st.radio("Mode", ["Explore", "Lessons"], key="w_mode", horizontal=True,
@@ -123,79 +215,16 @@ def draw(lab: Lab) -> None:
                       "the text describes, then asks a question about what you see.")
         if st.session_state.w_mode == "Lessons":
             lessons.lesson_picker(lab, show_settings)
-        st.selectbox("Scenario", list(SCENARIOS), format_func=lambda k: SCENARIOS[k].label,
-                     key="w_scenario", on_change=_on_scenario)
-        st.caption(SCENARIOS[st.session_state.w_scenario].point)
-        st.radio("Engine", list(ENGINE_CHOICES), format_func=engine_label,
-                 key="w_semantics", horizontal=True, on_change=_on_semantics,
-                 help="vLLM v0: separate prefill and decode steps, fork + copy-on-write for n > 1 "
-                      "and beams, swap or recompute. vLLM v1: one token budget per step "
-                      "(chunked prefill), n > 1 as child requests sharing the prompt through the "
-                      "prefix cache, recompute-only preemption, block 0 as the null block. "
-                      "Real vLLM: the installed vLLM itself (v1), stepped in this server, every "
-                      "figure drawn from its own state; our v1 runs the same requests beside it "
-                      "(Compare tab). No beam search and no swap there, as in our v1.")
-        real_vllm_caption(lab)
-        rules = rules_of_choice(st.session_state.w_semantics)
-        with st.form("settings", border=False):
-            model_ok = model_field(lab)
-            st.text_area("Prompts (one request per line)", key="w_prompts", height=110)
-            a, b = st.columns(2)
-            a.number_input("n (samples)", key="w_n", step=1)
-            b.number_input("beam width", key="w_beam_width", step=1,
-                           help="> 1 = beam search: transformers' scoring, vLLM v0's memory rules "
-                                "(survivors fork, pruned beams free blocks); needs temperature 0")
-            a.number_input("temperature", key="w_temperature", step=0.1, format="%.2f")
-            b.number_input("max tokens", key="w_max_tokens", step=1)
-            a.number_input("block size", key="w_block_size", step=1,
-                           help="tokens per KV block: a power of two")
-            b.number_input("seed", key="w_seed", step=1)
-            a.number_input("GPU pool (blocks)", key="w_num_gpu_blocks", step=1)
-            b.number_input("CPU pool (blocks)", key="w_num_cpu_blocks", step=1,
-                           help="swap space; 0 disables swapping")
-            st.number_input("max_model_len (slots per sequence)", key="w_max_model_len", step=1,
-                            help="the slab a contiguous allocator reserves for every sequence: "
-                                 "the longest prompt + output a sequence may reach (vLLM's "
-                                 "max_model_len). Empty = the model's context.")
-            st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True,
-                     disabled=not rules.has_swap,
-                     help=f"{rules.label} preempts by recompute only (it has no swap)"
-                     if not rules.has_swap else "what happens to a preempted sequence's blocks")
-            st.checkbox("Prefix caching", key="w_enable_prefix_caching",
-                        help="on by default in vLLM v1, off in v0")
-            st.number_input("token budget per step (v1)", key="w_max_num_batched_tokens", step=1,
-                            disabled=not rules.chunks_prefills,
-                            help="vLLM v1's max_num_batched_tokens: the tokens one step may "
-                                 "compute; a longer prompt is computed in chunks (chunked "
-                                 "prefill). v0 computes whole prompts in a prefill step.")
-            with st.expander("More sampling settings"):
-                st.number_input("top-p", key="w_top_p", step=0.05, format="%.2f",
-                                help="sampling only: beam search ranks every token, so with "
-                                     "beam width > 1 it is not used")
-                st.number_input("top-k (-1 = off)", key="w_top_k", step=1,
-                                help="sampling only: not used with beam width > 1")
-                st.number_input("length penalty (beams)", key="w_length_penalty", step=0.1,
-                                format="%.2f", help="beam search only: not used with beam "
-                                                    "width 1")
-                st.checkbox("ignore EOS (always run to max tokens)", key="w_ignore_eos")
-            with st.expander("Kernels"):
-                st.selectbox("Kernel backend", ["auto", "torch", "triton", "triton-legacy"],
-                             key="w_backend",
-                             help="auto: Triton kernels on a CUDA GPU (an op whose kernel fails "
-                                  "to compile or launch falls back to torch, and the page says "
-                                  "so), torch on CPU. torch / triton force one; triton-legacy "
-                                  "is the previous Triton decode/prefill. On CPU, Triton needs "
-                                  "TRITON_INTERPRET=1 set before the server starts.")
-            if st.form_submit_button("Apply & reset", type="primary", width="stretch") \
-                    and model_ok:
-                chosen = settings_from_widgets()
-                with starting(chosen):
-                    lab.apply(chosen)
+        if lab.replaying:
+            replay_facts(lab)
+        else:
+            settings_panel(lab)
         st.divider()
         st.file_uploader("Replay a saved trace (.json.gz or .json)", type=["gz", "json"],
                          key="w_trace",
                          on_change=_on_trace_upload)
         if lab.replaying and st.button("Back to the live engine", width="stretch"):
             lab.close_trace()
+            st.rerun()                   # the settings panel above is drawn for the live engine
         st.caption("Weights load once per server and are shared; this browser tab has its own "
                    "engine, KV pool and history.")

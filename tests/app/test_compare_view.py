@@ -121,3 +121,20 @@ def test_metrics_csv_uses_vllms_metric_names():
     assert last["prefix_cache_hits"] == st.prefix_cache_hits > 0
     assert last["num_preemptions"] == st.num_preemptions > 0
     assert last["kv_cache_usage_perc"] == st.kv_cache_usage_perc
+
+
+def test_the_compare_tab_steps_the_pages_own_engine_with_its_partner(app):
+    """One of the two compared engines is the page's: after three Step both the narration
+    above tells step 3 (not "Nothing has run yet"), and the page's Step steps the partner too."""
+    at = app
+    at.selectbox(key="w_scenario").set_value("parallel").run()
+    at.session_state["w_tab"] = "Compare"
+    at.run()
+    for _ in range(3):
+        at.button(key="cmp_step").click().run()
+    cmp = lab(at).comparison()
+    assert cmp.engines[cmp.main] is lab(at).engine and lab(at).current().step == 3
+    assert at.info[0].value.startswith("Step 3 ")
+    step(at)                                              # the page's Step (→)
+    assert {sem: e.snapshot.step for sem, e in cmp.live().items()} == {"v0": 4, "v1": 4}
+    assert "is the page's own engine" in " ".join(c.value for c in at.caption)

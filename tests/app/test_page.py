@@ -214,3 +214,27 @@ def test_page_opens_without_a_loadable_model(monkeypatch):
     assert not at.error and lab(at).engine is not None
     step(at)
     assert lab(at).engine.snapshot.step == 1
+
+
+def test_the_sidebar_shows_what_runs(app):
+    """A refused Apply puts the running settings back in the sidebar (the error names what was
+    refused); a replayed trace shows its own facts there, not the live engine's settings; under
+    v1 the parallel preset's caption does not promise copy-on-write."""
+    at = app
+    running = lab(at).settings.block_size
+    at.number_input(key="w_block_size").set_value(3)
+    at.form_submit_button[0].click().run()
+    assert any("power of two" in e.value for e in at.error)
+    assert at.number_input(key="w_block_size").value == running
+    step(at)
+    data = trace_json(lab(at).snapshots()).encode()
+    at.sidebar.file_uploader[0].upload("mine.json", data, "application/json").run()
+    facts = " ".join(i.value for i in at.sidebar.info)
+    assert "Replaying **mine.json**: 2 snapshots" in facts and "block size 4" in facts
+    assert not at.sidebar.get("form")
+    at.sidebar.button[0].click().run()                   # Back to the live engine
+    at.selectbox(key="w_scenario").set_value("parallel").run()
+    assert "copy-on-write gives" in " ".join(c.value for c in at.sidebar.caption)
+    at.radio(key="w_semantics").set_value("v1").run()
+    caption = " ".join(c.value for c in at.sidebar.caption)
+    assert "v1 has no fork and no copy-on-write" in caption
