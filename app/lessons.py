@@ -224,15 +224,18 @@ LESSONS: dict[str, Lesson] = {lesson.key: lesson for lesson in (
         Checkpoint("The next requests start with the same tokens: their leading full blocks "
                    "are found by hash and reused, not recomputed.", "until a prefix-cache hit",
                    has_event("prefix_hit"),
-                   Question("How many blocks were reused from the cache in this step?",
-                            count_events("prefix_hit"))),
+                   Question("How many prefix-cache hits did this step have (one per block, "
+                            "per request that reused it: the narration lists them)?",
+                            count_events("prefix_hit"),
+                            "a block reused by two requests counts twice, though the pool "
+                            "holds it once")),
         Checkpoint("Reused blocks are shared (refcount > 1) like forked ones.",
                    "until a decode step", step_kind("decode"),
                    Question("How many blocks are shared now?", shared_blocks), later=True),
         Checkpoint("At the end, cached blocks stay in the free list with their content until "
                    "reallocated.", "until all finish", all_finished,
-                   Question("How many prompt tokens were served from the cache in total "
-                            "(prefix_cache_hits)?", prefix_hit_tokens)),
+                   Question("How many prompt tokens were served from the cache in total (the "
+                            "prefix-cache hits metric above the tabs)?", prefix_hit_tokens)),
     )),
     Lesson("waste", "5 · Contiguous slabs vs pages", "single", "v0", (
         Checkpoint("Paging gives the prompt just the blocks it fills.", "until the prefill",
@@ -260,9 +263,9 @@ LESSONS: dict[str, Lesson] = {lesson.key: lesson for lesson in (
                    "worst case); when there is none, the newest sequence is preempted: its "
                    "blocks are freed and it will be recomputed.",
                    "until a preemption", has_event("preempt"),
-                   Question("Which sequence id was preempted?", preempted_seq,
+                   Question("Which sequence was preempted first in this step?", preempted_seq,
                             "the latest to arrive loses its blocks first")),
-        Checkpoint("Blocks free up as others finish; the preempted request is admitted again "
+        Checkpoint("Blocks free up as others finish; a preempted request is admitted again "
                    "and its prompt and generated tokens are computed once more.",
                    "until the next prefill", step_kind("prefill"),
                    Question("How many tokens did this prefill compute?", prefill_tokens),

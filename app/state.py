@@ -399,11 +399,34 @@ class Lab:
             return None
 
         def decode(ids):
+            ids = list(ids)
             missing = [t for t in ids if t not in self._token_text]
             if missing:
                 self._token_text.update(zip(missing, eng.decode_tokens(missing)))
-            return [self._token_text[t] for t in ids]
+            return _whole_characters(ids, [self._token_text[t] for t in ids], eng.tokenizer)
         return decode
+
+
+REPLACEMENT = "\ufffd"
+
+
+def _whole_characters(ids: list[int], texts: list[str], tokenizer) -> list[str]:
+    """Per-token texts where a character split over several byte tokens (é, 漢, an emoji) is
+    shown whole, on the token that completes it, instead of as one � per token: each run of
+    tokens that decode to � alone is decoded together."""
+    out, i = list(texts), 0
+    while i < len(ids):
+        if REPLACEMENT not in texts[i]:
+            i += 1
+            continue
+        for j in range(i + 1, min(len(ids), i + 8)):     # a UTF-8 character is <= 4 bytes
+            joined = tokenizer.decode(ids[i:j + 1])
+            if REPLACEMENT not in joined:
+                out[i:j + 1] = [""] * (j - i) + [joined]
+                i = j
+                break
+        i += 1
+    return out
 
 
 _LABS: "weakref.WeakValueDictionary[int, Lab]" = weakref.WeakValueDictionary()

@@ -42,6 +42,10 @@ def metrics(snapshot) -> list[Metric]:
                f"blocks saved ({_bytes(saved * st.bytes_per_block)} of KV): logical blocks (sum "
                f"of table lengths = {st.logical_blocks}, what copying would need) minus physical "
                "blocks in use"),
+        *([Metric("prefix-cache hits", f"{st.prefix_cache_hits}/{st.prefix_cache_queries}",
+                  "prompt tokens found in the prefix cache, out of those looked up (vLLM's "
+                  "prefix_cache_hits / prefix_cache_queries, tokens, so far)")]
+          if st.prefix_cache_queries else []),
         Metric("step time", f"{1000 * snapshot.step_time_s:.0f} ms", "wall time of the engine step"),
         Metric("backend", snapshot.backend, "device and kernel backend that ran the step"),
     ]

@@ -89,7 +89,8 @@ def waste_headline(snapshot) -> str:
         return ""
     held = paged.token_states + paged.internal_fragmentation
     paged_part = (f"paged holds {held} slots for {paged.token_states} tokens "
-                  f"({_pct(paged.internal_fragmentation, held)} wasted, all of it in last blocks)")
+                  f"({_pct(paged.internal_fragmentation, held)} not yet filled: the rest of "
+                  "last blocks, which the next tokens fill)")
     if worst is None:
         return paged_part[0].upper() + paged_part[1:] + "."
     slab = worst.token_states + worst.reserved + worst.internal_fragmentation
@@ -123,11 +124,15 @@ def request_table(snapshot):
     for rid, r in rows.items():
         row = {"request": rid, "tokens in cache": sum(filled.get(b, 0) for b in r["blocks"]),
                "paged slots": len(r["blocks"]) * bs,
-               "paged wasted": len(r["blocks"]) * bs - sum(filled.get(b, 0) for b in r["blocks"])}
+               "paged not yet filled": len(r["blocks"]) * bs
+               - sum(filled.get(b, 0) for b in r["blocks"])}
         for a in snapshot.accounting[1:]:
             slab = slabs.get((a.allocator, rid))
             name = ALLOCATOR_LABELS.get(a.allocator, a.allocator).replace("Contiguous ", "")
+            # a slab stores the prompt once per sequence (n samples: n copies), which paging
+            # shares: slab = tokens stored + wasted
             row[f"{name} slab"] = slab.size if slab else None
+            row[f"{name} tokens stored"] = slab.token_states if slab else None
             row[f"{name} wasted"] = slab.wasted if slab else None
         out.append(row)
     return pd.DataFrame(out)

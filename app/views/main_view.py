@@ -106,7 +106,8 @@ def step_text(shown: Shown, compact: bool = False) -> None:
     if compact:
         st.caption(" · ".join(f"{m.label} **{m.value}**" for m in metrics.metrics(shown.snap)))
         return
-    for col, m in zip(st.columns(6), metrics.metrics(shown.snap)):
+    shown_metrics = metrics.metrics(shown.snap)
+    for col, m in zip(st.columns(len(shown_metrics)), shown_metrics):
         col.metric(m.label, m.value, help=m.help)
 
 

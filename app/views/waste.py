@@ -19,7 +19,8 @@ def draw(shown: Shown) -> None:
     table = waste_figures.request_table(snap)
     if len(table):
         st.markdown("**Per request, this step** (slots; None = not admitted by that "
-                    "allocator at this step)")
+                    "allocator at this step). A slab stores the prompt once per sequence (with "
+                    "n samples, n copies), which paging shares: slab = tokens stored + wasted.")
         st.dataframe(table, hide_index=True)
     sweep = shown.lab.block_size_sweep()
     if sweep is not None:

@@ -46,8 +46,10 @@ same **topic** (empty = every topic), and, optionally, the **replay endpoint**
 buffers when you connect -- are fetched again, so the tree below is complete.
 
 **Data parallelism:** each of *N* ranks publishes on its own port, the base port + rank
-(5557, 5558, … and the replay ports likewise, so give the replay endpoint a port range that
-does not overlap, e.g. 6557). Set *data-parallel ranks* to *N* to watch all of them.
+(5557, 5558, … and the replay ports likewise). With one rank the usual pair is 5557 and
+replay 5558 (as in the README); with *N* > 1 ranks the live ports 5557…5557+N−1 would run into
+replay 5558, so give the server's replay endpoint another base (e.g. 6557) and enter the same
+here. Set *data-parallel ranks* to *N* to watch all of them.
 
 **This engine:** `EngineConfig(kv_events_endpoint="tcp://*:5557")` publishes the same format.
 A publisher given a *connect* address (`tcp://127.0.0.1:5557`) pushes to a listener instead:

@@ -51,9 +51,9 @@ def independent_answer(text: str, snap) -> int:
         return n("beam_prune")
     if "entered the prefix cache" in text:
         return n("cached")
-    if "reused from the cache" in text:
+    if "prefix-cache hits did this step have" in text:
         return n("prefix_hit")
-    if "prefix_cache_hits" in text:
+    if "served from the cache in total" in text:
         return snap.stats.prefix_cache_hits
     if "Max slab reserve" in text:
         return sum(s.size for s in snap.slabs if s.allocator == "max")
@@ -61,7 +61,7 @@ def independent_answer(text: str, snap) -> int:
         filled = sum(b.filled for b in snap.blocks if b.ref_count)
         held = snap.block_size * sum(1 for b in snap.blocks if b.ref_count)
         return round(100 * filled / held)
-    if "Which sequence id was preempted" in text:
+    if "Which sequence was preempted first" in text:
         return [e.seq_id for e in snap.events if e.kind == "preempt"][0]
     if text.startswith("How many KV slots does paging hold"):
         return snap.block_size * len({b for s in snap.sequences for b in s.block_table})

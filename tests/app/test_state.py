@@ -198,3 +198,15 @@ def test_mixed_preset_preempts(model, mode):
     total = sum(kinds_by_step(lab, 20), Counter())
     assert total["preempt"] >= 1
     assert (total["swap_out"] >= 1) == (mode == "swap")
+
+
+@needs_model
+def test_characters_split_over_byte_tokens_are_shown_whole(model):
+    """The default model's tokenizer splits é, 漢 and 🙂 into byte tokens that decode to �
+    one by one; the page shows each character whole, on the token that completes it."""
+    lab = Lab.create("single", model)
+    text = "ÉTÉ: café 漢字 🙂 ok"
+    ids = lab.engine.tokenize(text)
+    assert "\ufffd" in "".join(lab.engine.decode_tokens(ids))
+    shown = lab.decode(ids)
+    assert len(shown) == len(ids) and "".join(shown) == text and "\ufffd" not in "".join(shown)

@@ -48,12 +48,14 @@ def test_hand_computed_case():
     assert sum(n for kind, _, n in paged if kind != "free") == 20
     assert waste_headline(snap) == (
         "Contiguous Max holds 32 slots for 14 tokens (56% wasted: 8 reserved for future tokens, "
-        "10 never used); paged holds 20 slots for the same 14 tokens (30% wasted, all of it in "
-        "last blocks).")
+        "10 never used); paged holds 20 slots for the same 14 tokens (30% not yet filled: the "
+        "rest of last blocks, which the next tokens fill).")
     table = request_table(snap).set_index("request")
     assert list(table["tokens in cache"]) == [5, 9] and list(table["paged slots"]) == [8, 12]
     assert list(table["Max slab"]) == [16, 16] and list(table["Oracle slab"]) == [9, 13]
     assert list(table["Max wasted"]) == [11, 7]
+    assert list(table["Max slab"]) == [a + b for a, b in zip(table["Max tokens stored"],
+                                                             table["Max wasted"])]
 
 
 def test_external_fragmentation_shows_as_holes():
