@@ -594,3 +594,39 @@ def test_projector_shows_the_figures_on_the_first_screen(server, browser, width,
     assert len(figs) == 2 and all(f["top"] < 0.6 * height for f in figs), figs
     assert not exceptions_on(page)
     page.close()
+
+
+@pytest.mark.parametrize("scenario, engine, steps", [("beam", "vLLM v0", 5),
+                                                     ("mixed", "vLLM v1", 14)])
+def test_narration_on_the_page_follows_the_order_of_events(server, browser, scenario, engine,
+                                                          steps):
+    """The narration drawn after each Step is the step's events told in the order they
+    happened (the same run, made here in this process, gives the events)."""
+    from app.scenarios import preset, under_engine
+    from app.state import build_engine
+    from tests.app.test_narration import _check_order
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    select_scenario(page, SCENARIOS[scenario].label)
+    if engine != "vLLM v0":
+        page.locator('section[data-testid="stSidebar"]').get_by_text(engine, exact=True).click()
+        page.get_by_text(f"Step 0 of 0 · {engine}", exact=False).wait_for(timeout=60_000)
+    sem = "v0" if engine == "vLLM v0" else "v1"
+    here = build_engine(under_engine(preset(scenario, MODEL), sem))
+    told = 0
+    for _ in range(steps):
+        click_step(page)
+        here.step()
+        text = page.locator('[data-testid="stAlertContainer"]').first.inner_text()
+        assert text.startswith(f"Step {here.snapshot.step} ({here.snapshot.kind}): ")
+        # the page's paragraph, not only ours: its sentences follow the step's events
+        told += _check_order(here.snapshot, text)
+        assert _check_order(here.snapshot) == _check_order(here.snapshot, text)
+        for kind, words in (("preempt", "preempted"), ("cow", "Copy-on-write"),
+                            ("fork", "forked into")):
+            if any(e.kind == kind for e in here.snapshot.events):
+                assert words in text
+    assert told > steps
+    assert not exceptions_on(page)
+    page.close()

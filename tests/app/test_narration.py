@@ -120,9 +120,10 @@ SENTENCE_OF = {"preempt": "preempted", "prefill": "Prefill", "prefix_hit": "Pref
                "free": "returned to the free list"}
 
 
-def _check_order(snap) -> int:
-    """The kinds' sentences appear in the order of their first events; returns how many."""
-    text = narrate(snap)
+def _check_order(snap, text: str | None = None) -> int:
+    """The kinds' sentences appear in the order of their first events (in ``text``, default
+    the narration of ``snap``); returns how many."""
+    text = narrate(snap) if text is None else text
     order = []
     for e in snap.events:
         if e.kind in SENTENCE_OF and e.kind not in order:
