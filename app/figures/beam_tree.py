@@ -30,6 +30,37 @@ def end_steps(snapshots, upto: int) -> dict[int, int]:
     return ends
 
 
+def status_spans(snapshots, upto: int) -> dict[int, list[tuple[int, str]]]:
+    """seq_id -> (step, status) at every recorded step <= upto."""
+    spans: dict[int, list[tuple[int, str]]] = {}
+    for snap in snapshots:
+        if snap.step > upto:
+            continue
+        for s in snap.sequences:
+            spans.setdefault(s.seq_id, []).append((snap.step, s.status))
+    return spans
+
+
+def _segments(points, start: int, end: int, status_now: str) -> list[tuple[int, int, str]]:
+    """(from step, to step, status) pieces of a sequence's line; one piece in its status now
+    where the history does not say more."""
+    points = [(step, st) for step, st in (points or []) if start <= step <= end]
+    if not points:
+        return [(start, end, status_now)]
+    out: list[list] = []
+    for step, st in points:
+        if out and out[-1][2] == st:
+            out[-1][1] = step
+        else:
+            if out:
+                out[-1][1] = step            # the line runs on to where the status changed
+            out.append([step, step, st])
+    out[-1][1] = max(out[-1][1], end)
+    if out[0][0] > start:
+        out[0][0] = start
+    return [tuple(seg) for seg in out]
+
+
 def tree_order(seqs) -> list:
     """Depth-first order (children right below their parent), per request."""
     children: dict[int | None, list] = {}
@@ -56,6 +87,7 @@ def beam_tree_figure(snapshot, history=()) -> go.Figure:
     if not seqs:
         return empty(title, "no sequences yet")
     ends = end_steps(history, snapshot.step)
+    spans = status_spans(history, snapshot.step)
     row = {s.seq_id: i for i, s in enumerate(seqs)}
     fig = go.Figure()
     shown = set()
@@ -74,16 +106,23 @@ def beam_tree_figure(snapshot, history=()) -> go.Figure:
                  + (f" ({s.finish_reason})" if s.finish_reason else "")
                  + f"<br>born step {start}, parent {s.parent_seq_id}"
                  + f"<br>cumulative logprob {s.cumulative_logprob:.2f}<br>…{tail}")
+        # the line in the status the sequence had at each step (a request preempted after
+        # running steps 1-8 is drawn running there, then waiting), its end in the status now
+        for a, b, status in _segments(spans.get(s.seq_id), start, end, s.status):
+            seg_color, seg_dash, _ = STATUS_STYLE.get(status, ("#777777", "solid", "circle"))
+            fig.add_trace(go.Scatter(
+                x=[a, b], y=[y, y], mode="lines", name=status, legendgroup=status,
+                showlegend=status not in shown, line=dict(color=seg_color, dash=seg_dash,
+                                                          width=4),
+                hovertext=[hover, hover], hoverinfo="text"))
+            shown.add(status)
         fig.add_trace(go.Scatter(
-            x=[start, end], y=[y, y], mode="lines+markers", name=s.status,
-            legendgroup=s.status, showlegend=s.status not in shown,
-            line=dict(color=color, dash=dash, width=4),
+            x=[start, end], y=[y, y], mode="markers", showlegend=False, legendgroup=s.status,
             marker=dict(symbol=["circle", symbol], size=[7, 15], color=color),
-            hovertext=[hover, hover], hoverinfo="text"))
-        shown.add(s.status)
-        fig.add_annotation(x=end, y=y, text=f"seq {s.seq_id}: {tail!r}" if tail else f"seq {s.seq_id}",
-                           showarrow=False, xanchor="left", xshift=12, font=dict(size=12),
-                           name="seq-label")
+            hovertext=[hover, hover], hoverinfo="text", name=s.status))
+        label = f"seq {s.seq_id}: …{tail}" if tail else f"seq {s.seq_id}"
+        fig.add_annotation(x=end, y=y, text=label, showarrow=False, xanchor="left", xshift=12,
+                           font=dict(size=15), name="seq-label")
     last = max(max(ends.values(), default=0), snapshot.step)
     fig.update_xaxes(title="step", range=[-0.5, last + 0.5 + max(3, 0.35 * (last + 1))])
     fig.update_yaxes(visible=False, autorange="reversed")

@@ -5,7 +5,7 @@ import json
 
 import plotly.graph_objects as go
 
-from app.figures.beam_tree import beam_tree_figure
+from app.figures.beam_tree import beam_tree_figure, tree_order
 from app.figures.block_tables import block_table_figure, table_rows
 from app.figures.cow import cow_arrow_count, cow_figure, cow_rows
 from app.figures.metrics import metrics
@@ -146,17 +146,35 @@ def test_beam_tree_survivors_and_pruned(beam_run):
     snap = snaps[4]
     fig = beam_tree_figure(snap, snaps)
     assert "transformers" in fig.layout.title.text and "vLLM v0" in fig.layout.title.text
-    lines = [tr for tr in fig.data if tr.name != "fork"]
+    ends = [tr for tr in fig.data if tr.mode == "markers"]       # one per sequence, its status
+    lines = [tr for tr in fig.data if tr.mode == "lines" and tr.name != "fork"]
     forks = [tr for tr in fig.data if tr.name == "fork"]
-    assert len(lines) == len(snap.sequences)
+    assert len(ends) == len(snap.sequences)
     assert len(forks) == sum(s.parent_seq_id is not None for s in snap.sequences)
     pruned = [s for s in snap.sequences if s.status == "pruned"]
-    assert pruned and len([tr for tr in lines if tr.name == "pruned"]) == len(pruned)
+    assert pruned and len([tr for tr in ends if tr.name == "pruned"]) == len(pruned)
     assert all(tr.line.dash == "dash" for tr in lines if tr.name == "pruned")
-    running = [tr for tr in lines if tr.name == "running"]
+    running = [tr for tr in ends if tr.name == "running"]
     assert len(running) == 3                         # beam width survivors
     labels = [a.text for a in fig.layout.annotations if a.name == "seq-label"]
     assert len(labels) == len(snap.sequences)
+
+
+def test_the_tree_draws_each_sequence_in_the_status_it_had_at_each_step(swap_run):
+    """A sequence preempted after running is drawn running up to its preemption, then
+    swapped / waiting, not in its present status from its birth."""
+    eng, _ = swap_run
+    snaps = list(eng.history)
+    pre = next((s, e) for s in snaps for e in s.events if e.kind == "preempt")
+    snap, victim = pre[0], pre[1].seq_id
+    fig = beam_tree_figure(snap, snaps)
+    y = [i for i, s in enumerate(tree_order(snap.sequences)) if s.seq_id == victim][0]
+    pieces = [(tr.x, tr.name) for tr in fig.data if tr.mode == "lines" and tr.name != "fork"
+              and tr.y[0] == y]
+    names = [n for _, n in pieces]
+    assert "running" in names[:-1] and names[-1] in ("swapped", "waiting"), pieces
+    ran = pieces[names.index("running")][0]
+    assert ran[0] < ran[1] <= pieces[-1][0][0]      # ran for steps, then the status changed
 
 
 def test_fork_tree_for_parallel_sampling(parallel_run):
