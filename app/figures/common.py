@@ -163,6 +163,12 @@ def for_projector(fig: go.Figure, minimum: int = PROJECTOR_MIN_FONT) -> go.Figur
     for axis in [k for k in layout_dict if k.startswith(("xaxis", "yaxis"))]:
         layout_dict[axis].setdefault("tickfont", {})
     raise_fonts(d)
+    for trace in d.get("data", []):             # a grid too dense for 18 px labels (a pool of
+        z = trace.get("z")                      # hundreds of blocks) keeps them in the hover
+        if trace.get("type") == "heatmap" and z and len(z) * len(z[0]) > 128:
+            trace["texttemplate"] = ""
+            trace.pop("text", None) if not trace.get("hovertemplate", "").count("%{text}") \
+                else None
     title = layout_dict.get("title")
     if isinstance(title, dict):
         title.setdefault("font", {})["size"] = max(title.get("font", {}).get("size") or 0,
