@@ -36,6 +36,8 @@ def settings_from_widgets() -> Settings:
     for name in _INTEGERS:
         v = values[name]
         values[name] = int(v) if isinstance(v, float) and v.is_integer() else v
+    if values.get("max_model_len") in (0, None):
+        values["max_model_len"] = None       # 0 (or an empty field): the model's context
     real = ss.w_semantics == REAL_VLLM
     return Settings(scenario=ss.w_scenario, semantics="v1" if real else ss.w_semantics,
                     real_vllm=real, **values)

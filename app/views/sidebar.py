@@ -154,7 +154,7 @@ def settings_panel(lab: Lab) -> None:
         st.number_input("max_model_len (slots per sequence)", key="w_max_model_len", step=1,
                         help="the slab a contiguous allocator reserves for every sequence: "
                              "the longest prompt + output a sequence may reach (vLLM's "
-                             "max_model_len). Empty = the model's context.")
+                             "max_model_len). 0 = the model's context.")
         st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True,
                  disabled=not rules.has_swap,
                  help=f"{rules.label} preempts by recompute only (it has no swap)"

@@ -238,3 +238,11 @@ def test_the_sidebar_shows_what_runs(app):
     at.radio(key="w_semantics").set_value("v1").run()
     caption = " ".join(c.value for c in at.sidebar.caption)
     assert "v1 has no fork and no copy-on-write" in caption
+
+
+def test_max_model_len_0_means_the_models_context(app):
+    at = app
+    at.number_input(key="w_max_model_len").set_value(0)
+    at.form_submit_button[0].click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert lab(at).settings.max_model_len is None and lab(at).engine.max_model_len == 1024
