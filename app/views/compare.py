@@ -61,14 +61,14 @@ def draw(shown: Shown) -> None:
     st.caption(f"The {SEMANTICS[cmp.main].label} side is the page's own engine (the Step "
                "button, → and the narration above step and tell it); the other runs the same "
                "requests beside it, step for step.")
-    c = st.columns([1, 1, 1, 3])
+    c = st.columns([1, 1.5, 1.1, 2.6])
     c[0].button("Step both", type="primary", key="cmp_step",
                 disabled=cmp.finished and lab.at_latest,
                 on_click=_on_compare_step, width="stretch")
     run = c[1].button("Run both to the end", key="cmp_run", disabled=cmp.finished,
                       width="stretch")
     c[2].button("Reset both", key="cmp_reset", on_click=_on_compare_reset, width="stretch")
-    c[3].button(f"Compare our v1 with {REAL_VLLM_LABEL.lower()} instead", key="cmp_real",
+    c[3].button("Compare our v1 with real vLLM instead", key="cmp_real",
                 on_click=_on_real_vllm, width="stretch",
                 help="switches the Engine to Real vLLM: our vLLM v1 then runs the same requests "
                      "beside it, compared after every step")

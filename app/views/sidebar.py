@@ -114,8 +114,8 @@ def real_vllm_caption(lab: Lab) -> None:
                    "see the Compare tab.")
         return
     usable, line = state.real_vllm_status()
-    st.caption(f"Real vLLM: {line} (in this server)" if usable
-               else f"Real vLLM is not available here. {line}")
+    st.caption(f"Real vLLM: {line} (in this server)" if usable else
+               line if line.startswith("Real vLLM") else f"Real vLLM is not available: {line}")
 
 
 def settings_panel(lab: Lab) -> None:
