@@ -240,26 +240,24 @@ def screenshot_real_vllm(ctx, url: str, out: Path, steps: int = 40) -> list[Path
     return [out / "real-vllm.png", out / "real-vllm-compare.png"]
 
 
-def main_real_vllm(url: str, out: Path) -> None:
+def save_with(shoot, url: str, out: Path) -> None:
+    """Run ``shoot(ctx, url, out)`` (a screenshot_* function) in a fresh browser."""
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         ctx = launch(p, SCREENSHOT_VIEWPORT)
         try:
-            for path in screenshot_real_vllm(ctx, url, out):
+            for path in shoot(ctx, url, out):
                 print("saved", path)
         finally:
             ctx.close()
+
+
+def main_real_vllm(url: str, out: Path) -> None:
+    save_with(screenshot_real_vllm, url, out)
 
 
 def main_extras(url: str, out: Path) -> None:
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        ctx = launch(p, SCREENSHOT_VIEWPORT)
-        try:
-            for path in screenshot_extras(ctx, url, out):
-                print("saved", path)
-        finally:
-            ctx.close()
+    save_with(screenshot_extras, url, out)
 
 
 def main(argv=None) -> None:

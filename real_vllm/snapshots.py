@@ -62,6 +62,7 @@ class VllmSnapshots:
         self.event_counts: Counter[str] = Counter()
         self.accounting_log: list[tuple[int, tuple]] = []
         self._seq_ids: dict[str, int] = {}           # request id -> sequence id, in add order
+        self._internal_ids: dict[str, str] = {}      # request id -> vLLM's request id
         self._born: dict[str, int] = {}
         self._prompts: dict[str, list[int]] = {}
         self._max_tokens: dict[str, int] = {}
@@ -84,6 +85,7 @@ class VllmSnapshots:
     # ---- requests ------------------------------------------------------------------------
     def on_add(self, request_id: str, prompt_token_ids: list[int], params) -> None:
         """A request was added to vLLM (an n > 1 request: each child, as vLLM splits it)."""
+        self._internal_ids = {ours: internal for internal, ours in self.vllm._ours.items()}
         kids = ([f"{i}_{request_id}" for i in range(params.n)] if params.n > 1
                 else [request_id])
         for rid in kids:
@@ -104,9 +106,9 @@ class VllmSnapshots:
         t0 = time.perf_counter()
         view = self.vllm.step()
         elapsed = time.perf_counter() - t0
-        events = self._events(view)
-        for payload in view.kv_events:
-            batch = decode_batch(payload)
+        batches = [decode_batch(payload) for payload in view.kv_events]   # once per step
+        events = self._events(view, batches)
+        for batch in batches:
             self.cache_view.apply(ReceivedBatch(self.cache_view.batches, float(view.step),
                                                 tuple(batch.events),
                                                 batch.data_parallel_rank or 0))
@@ -124,7 +126,7 @@ class VllmSnapshots:
         self.record(view, kind, tuple(events), elapsed)
         return view
 
-    def _events(self, view: StepView) -> list[ev.Event]:
+    def _events(self, view: StepView, batches: list) -> list[ev.Event]:
         seq = self._seq_ids
         vllm = self.vllm
         out: list[ev.Event] = []
@@ -138,8 +140,8 @@ class VllmSnapshots:
                     freed.add(b)
                     if not cached:
                         self._tokens[b] = ()
-        for batch in view.kv_events:               # evictions precede the allocations
-            for e in decode_batch(batch).events:
+        for batch in batches:                      # evictions precede the allocations
+            for e in batch.events:
                 if isinstance(e, BlockRemoved):
                     for h in e.block_hashes:
                         b = self._hash_to_block.get(hash_hex(h), -1)
@@ -178,12 +180,13 @@ class VllmSnapshots:
                 if not cached:
                     self._tokens[b] = ()
         owner = dict(computed_by)
-        for batch in view.kv_events:
-            for e in decode_batch(batch).events:
+        block_of = {hx: blk for blk, hx in hashes_now.items()}
+        for batch in batches:
+            for e in batch.events:
                 if isinstance(e, BlockStored):
                     parent = hash_hex(e.parent_block_hash)
                     for i, h in enumerate(e.block_hashes):
-                        b = next((blk for blk, hx in hashes_now.items() if hx == hash_hex(h)), -1)
+                        b = block_of.get(hash_hex(h), -1)
                         toks = tuple(e.token_ids[i * self.block_size:(i + 1) * self.block_size])
                         rid = owner.get(b)
                         out.append(ev.Cached(seq[rid] if rid in seq else -1, b, hash_hex(h),
@@ -212,7 +215,8 @@ class VllmSnapshots:
         return self.vllm.scheduler.requests.get(internal) if internal is not None else None
 
     def _internal(self) -> dict[str, str]:
-        return {ours: internal for internal, ours in self.vllm._ours.items()}
+        """The caller's request id -> vLLM's (refreshed when requests are added)."""
+        return self._internal_ids
 
     def _fill(self, table: list[int], computed: list[int]) -> None:
         bs = self.block_size

@@ -12,6 +12,7 @@ from app import compare as lockstep
 from app import narration
 from app.figures import block_tables, pool_grid
 from app.scenarios import COMPARE_NOTES, REAL_VLLM
+from app.views import controls
 from app.views.common import REAL_VLLM_LABEL, Shown, guarded
 
 AGREEMENT_FIELDS = ("tokens scheduled, preemptions, queues, computed tokens, block tables, ref "
@@ -34,18 +35,10 @@ def _on_compare_reset() -> None:
 
 
 @guarded
-def _on_lockstep_step() -> None:
-    lab = st.session_state.lab
-    if lab.step():
-        lab.error = None
-
-
-@guarded
 def _on_real_vllm() -> None:
-    from app.views.controls import FULL_RERUN
     from app.views.sidebar import switch_engine
     switch_engine(REAL_VLLM)
-    st.session_state[FULL_RERUN] = True  # the sidebar's Engine choice and settings changed
+    st.session_state[controls.FULL_RERUN] = True  # the sidebar's Engine choice and settings changed
 
 
 def draw(shown: Shown) -> None:
@@ -122,7 +115,7 @@ def draw_lockstep(shown: Shown) -> None:
                 "engines on the same token ids and compares what they did.")
     c = st.columns([1, 1.5, 3])
     c[0].button("Step both", type="primary", key="ls_step", disabled=lab.finished,
-                on_click=_on_lockstep_step, width="stretch")
+                on_click=controls.on_step, width="stretch")
     run = c[1].button("Run both to the end", key="ls_run", disabled=lab.finished,
                       width="stretch")
     if run:

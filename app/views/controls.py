@@ -13,7 +13,8 @@ MOVES = ("step_btn", "back_btn", "forward_btn", "latest_btn")   # buttons that m
 
 
 @guarded
-def _on_step() -> None:
+def on_step() -> None:
+    """Step (the button, →, the Compare tab's lockstep Step both)."""
     lab = st.session_state.lab
     if lab.step():
         lab.error = None
@@ -76,7 +77,7 @@ def draw(lab: Lab) -> None:
     # Step walks forward through the recorded history while an older step is shown, and
     # computes a new step only at its end (Lab.step)
     c[1].button("Step", type="primary", width="stretch", disabled=lab.finished, key="step_btn",
-                on_click=_on_step, shortcut="Right")
+                on_click=on_step, shortcut="Right")
     run_n = int(c[2].number_input("N", min_value=1, max_value=200, value=10, key="w_run_n",
                                   label_visibility="collapsed"))
     run = c[3].button(f"Run {run_n}", width="stretch", disabled=lab.finished, key="run_btn")

@@ -89,3 +89,17 @@ def _restore_torch_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def browser_missing() -> str | None:
+    """Why the real-browser tests cannot run here (None: they can): the playwright package,
+    and Debian's Chromium (app/screenshots.py CHROMIUM)."""
+    import shutil
+    from app.screenshots import CHROMIUM
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install playwright)"
+    if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+        return f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    return None

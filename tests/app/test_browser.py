@@ -5,9 +5,7 @@ driven by the `playwright` package). Skipped, with the reason, when either is mi
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import statistics
 import time
 from pathlib import Path
@@ -15,22 +13,20 @@ from pathlib import Path
 import pytest
 
 from app.scenarios import SCENARIOS
-from app.screenshots import (CHROMIUM, click_step, exceptions_on, free_port, launch, open_lab,
+from app.screenshots import (click_step, exceptions_on, free_port, launch, open_lab,
                              rendered_step, select_scenario, start_server, step_button,
                              stop_server, wait_healthy, wait_rendered)
 
 from app.views.page_style import STEP_QUEUE_JS
 
-from .conftest import MODEL, needs_model
+from .conftest import MODEL, browser_missing, needs_model
 
 try:
     import playwright.sync_api as pw
 except ImportError:
     pw = None
 
-_missing = ("the playwright package is not installed (pip install playwright)" if pw is None else
-            f"no Chromium at {CHROMIUM} (apt-get install chromium)"
-            if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)) else None)
+_missing = browser_missing()
 if _missing:
     print(f"\nbrowser tests skipped: {_missing}")
 pytestmark = [pytest.mark.browser, needs_model,

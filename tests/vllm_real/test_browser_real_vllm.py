@@ -5,27 +5,23 @@ Compare tab's agreement line reads identical. Prints how long the page took to s
 and per Step click, beside our v1 engine's, in the same run."""
 from __future__ import annotations
 
-import os
-import shutil
 import statistics
 import time
 
 import pytest
 
 from app.scenarios import REAL_VLLM, SCENARIOS, preset, under_engine
-from app.screenshots import (CHROMIUM, click_step, exceptions_on, free_port, launch, open_lab,
+from app.screenshots import (click_step, exceptions_on, free_port, launch, open_lab,
                              rendered_step, start_server, stop_server, wait_healthy,
                              wait_rendered)
-from tests.app.conftest import MODEL, needs_model
+from tests.app.conftest import MODEL, browser_missing, needs_model
 
 try:
     import playwright.sync_api as pw
 except ImportError:
     pw = None
 
-_missing = ("the playwright package is not installed" if pw is None else
-            f"no Chromium at {CHROMIUM} (apt-get install chromium)"
-            if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)) else None)
+_missing = browser_missing()
 if _missing:
     print(f"\nreal-vLLM browser test skipped: {_missing}")
 pytestmark = [pytest.mark.browser, needs_model,
