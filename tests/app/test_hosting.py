@@ -406,6 +406,10 @@ def test_a_disconnected_session_is_released_after_the_reconnect_window(monkeypat
     (default: Streamlit's reconnect window), then it is released like an idle one; a session
     that is still connected, or that came back in time, keeps it."""
     monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "30")
+    # idle release off: these labs have session ids and made-up clocks, so the process's own
+    # sweeper thread (started by an earlier page test, on the real clock) would otherwise find
+    # them idle for hours and release them while this test runs
+    monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "0")
     gone, here, back = _lab(), _lab(), _lab()
     for lab, sid in ((gone, "a"), (here, "b"), (back, "c")):
         lab.session_id = sid
