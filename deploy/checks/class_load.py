@@ -1,0 +1,328 @@
+"""A class on one server, measured at the protocol level (outside CI): N simulated students,
+each a websocket speaking Streamlit's own messages (deploy/checks/protocol_session.py), no
+browser. In a class every student brings their own browser; what the host sizes is the server,
+and this measures the server alone.
+
+Per level N (a fresh server, or ``--processes 2``: two behind HAProxy with deploy/haproxy.cfg):
+1. warm-up: one session steps every preset to its end, so what a process does once (imports,
+   Plotly's classes, the heap's first growth) is not counted as the students'; RSS "before";
+2. join: the N sessions start at random moments within ``--join`` seconds (2); each fetches the
+   page (``GET /``, as a browser does first: it also carries HAProxy's cookie) and runs it once:
+   session start -> first page's ``script_finished``;
+3. each picks a preset (round robin over the scenarios), then clicks Step every ``--period``
+   seconds (2, with +-25 % jitter) for ``--duration`` seconds (180). A click due while the
+   previous one is still served waits for it (the page's click queue, app/views/assets/
+   step_queue.js, does the same) and is timed from when it was due to its ``script_finished``.
+   When a preset's run ends (Step disabled) the session presses Reset and goes on;
+4. every run's elements are read: an ``exception`` element or a run that did not finish is an
+   error; a run whose step marker, pool figure or scenario heading is not this session's own is
+   cross-talk; a click whose run does not show one step more is lost;
+5. the sessions leave (websockets closed); RSS is read ``--settle`` seconds later (60).
+
+Server CPU from /proc (all server processes), over the clicking phase and over the join; RSS
+summed over the server processes. The client's own CPU is printed too (it shares the machine).
+
+Usage: python deploy/checks/class_load.py [--sessions 1 10 30 60 100] [--period 2]
+       [--duration 180] [--processes 1|2] [--out NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+if __package__ in (None, ""):          # python deploy/checks/X.py: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from deploy.checks.common import (RssPeak, cpu_seconds, machine_busy_seconds, pct,  # noqa: E402
+                                  rss_mib, write_results)
+from deploy.checks.protocol_session import ProtocolSession, RunSeen  # noqa: E402
+
+CFG = Path(__file__).resolve().parents[1] / "haproxy.cfg"
+JITTER = 0.25                          # a click's gap is the period +- 25 %
+
+
+class Servers:
+    """One `streamlit run app`, or ``processes`` of them behind HAProxy (deploy/haproxy.cfg)."""
+
+    def __init__(self, processes: int, env: dict[str, str]):
+        from app.screenshots import free_port
+        self.tmp = tempfile.mkdtemp(prefix="paged-lab-class-")
+        self.env, self.procs, self.haproxy = env, [], None
+        if processes == 1:
+            self.ports = [free_port()]
+        else:
+            from deploy.checks.proxy_check import read_config
+            self.ports = [s["port"] for s in read_config(CFG)[1]][:processes]
+            if len(self.ports) < processes:
+                raise SystemExit(f"deploy/haproxy.cfg has {len(self.ports)} server lines")
+            self.front = free_port()
+
+    def __enter__(self) -> "Servers":
+        from app.screenshots import start_server, wait_healthy
+        saved = dict(os.environ)
+        os.environ.update(self.env)
+        try:
+            for i, port in enumerate(self.ports):
+                self.procs.append(start_server(port, log_path=f"{self.tmp}/st{i + 1}.log"))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        for port, proc in zip(self.ports, self.procs):
+            wait_healthy(port, proc, timeout=120)
+        if len(self.ports) > 1:
+            if shutil.which("haproxy") is None:
+                raise SystemExit("haproxy not found: apt-get install haproxy")
+            bind = {"PAGED_LAB_PROXY_BIND": f"127.0.0.1:{self.front}",
+                    "PAGED_LAB_STATS_BIND": f"127.0.0.1:{free_port_()}"}
+            self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(CFG)],
+                                            env=dict(os.environ, **bind),
+                                            stdout=open(f"{self.tmp}/haproxy.log", "w"),
+                                            stderr=subprocess.STDOUT)
+            wait_healthy(self.front, self.haproxy, timeout=30)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from app.screenshots import stop_server
+        for p in ([self.haproxy] if self.haproxy else []) + self.procs:
+            stop_server(p)
+
+    @property
+    def url(self) -> str:
+        port = self.ports[0] if len(self.ports) == 1 else self.front
+        return f"http://127.0.0.1:{port}"
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(p.pid) for p in self.procs)
+
+    def rss(self) -> float:
+        return sum(rss_mib(p.pid) for p in self.procs)
+
+
+def free_port_() -> int:
+    from app.screenshots import free_port
+    return free_port()
+
+
+class SummedRssPeak:
+    """The peak of the servers' summed RSS (one RssPeak per process is not the peak of the sum
+    but bounds it; the sum of peaks is what is reported, an upper bound)."""
+
+    def __init__(self, pids):
+        self.threads = [RssPeak(pid) for pid in pids]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        for t in self.threads:
+            t.stop.set()
+
+    @property
+    def peak(self) -> float:
+        return sum(t.peak for t in self.threads)
+
+
+def page_cookie(url: str) -> str:
+    """``GET /`` as a browser does before it opens the websocket; the cookie it was given
+    (HAProxy's backend cookie behind the proxy, else none)."""
+    with urllib.request.urlopen(url + "/", timeout=120) as r:
+        r.read()
+        cookies = r.headers.get_all("Set-Cookie") or []
+    return "; ".join(c.split(";", 1)[0] for c in cookies)
+
+
+class Student:
+    """One simulated session and what it measured."""
+
+    def __init__(self, url: str, label: str):
+        self.url, self.label = url, label
+        self.first_page: float | None = None
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.cross_talk: list[str] = []
+        self.clicks = self.served = self.lost = self.resets = 0
+        self.step = 0
+        self.session: ProtocolSession | None = None
+
+    def check(self, run: RunSeen, step: int | None, labels: list[str]) -> None:
+        """Errors and cross-talk in one run's elements: it shows this session's step (when
+        ``step`` is given) and scenario heading, and no other scenario's."""
+        if run.exceptions:
+            self.errors += run.exceptions
+        if step is not None and run.step is not None and run.step != step:
+            self.cross_talk.append(f"marker shows step {run.step}, expected {step}")
+        if step is not None and run.pool_step is not None and run.pool_step != step:
+            self.cross_talk.append(f"pool figure shows step {run.pool_step}, expected {step}")
+        others = [x for x in run.headings if x in labels and x != self.label]
+        if others:
+            self.cross_talk.append(f"heading {others[0]!r} in a {self.label!r} session")
+
+    async def join(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        t0 = time.perf_counter()
+        try:
+            cookie = await asyncio.to_thread(page_cookie, self.url)
+            self.session = ProtocolSession(self.url, cookie=cookie)
+            run = await self.session.first_page(t0)
+            self.first_page = time.perf_counter() - t0
+            self.check(run, 0, [])
+        except Exception as exc:
+            self.errors.append(f"first page: {type(exc).__name__}: {exc}"[:300])
+
+    async def choose(self, labels: list[str]) -> None:
+        if self.session is None or self.first_page is None:
+            return
+        try:
+            run = await self.session.choose("w_scenario", self.label)
+            self.check(run, 0, labels)
+            if self.label not in run.headings:
+                self.errors.append(f"preset {self.label!r} not shown after choosing it")
+        except Exception as exc:
+            self.errors.append(f"choose: {type(exc).__name__}: {exc}"[:300])
+
+    async def click_for(self, period: float, until: float, labels: list[str]) -> None:
+        """Click Step every ``period`` s (+- jitter) until ``until``; Reset when the run ends."""
+        if self.session is None or self.first_page is None:
+            return
+        due = time.perf_counter() + random.uniform(0, period)
+        while due < until:
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            try:
+                if self.session.disabled.get("step_btn"):        # the preset's run ended
+                    run = await self.session.click("reset_btn")
+                    self.resets += 1
+                    self.step = 0
+                    self.check(run, 0, labels)
+                self.clicks += 1
+                run = await self.session.click("step_btn")
+                self.latencies.append(time.perf_counter() - due)
+                self.served += 1
+                self.check(run, None, labels)
+                if run.step == self.step + 1:
+                    self.step += 1
+                elif run.step is not None and run.step <= self.step:
+                    self.lost += 1                               # the click did not step
+                else:
+                    self.check(run, self.step + 1, labels)
+                    self.step = run.step if run.step is not None else self.step
+            except Exception as exc:
+                self.errors.append(f"click: {type(exc).__name__}: {exc}"[:300])
+                return
+            due += period * random.uniform(1 - JITTER, 1 + JITTER)
+            due = max(due, time.perf_counter() - period)         # no burst of overdue clicks
+
+    async def leave(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+
+async def warm_up(url: str, labels: list[str], max_steps: int = 400) -> None:
+    """One session steps every preset to its end (see the module's docstring)."""
+    async with ProtocolSession(url, cookie=await asyncio.to_thread(page_cookie, url)) as s:
+        await s.first_page()
+        for label in labels:
+            await s.choose("w_scenario", label)
+            for _ in range(max_steps):
+                if s.disabled.get("step_btn"):
+                    break
+                await s.click("step_btn")
+
+
+async def run_level(servers: Servers, n: int, period: float, duration: float, join: float,
+                    labels: list[str], settle: float, log) -> dict:
+    url = servers.url
+    await warm_up(url, labels)
+    rss_before = servers.rss()
+    students = [Student(url, labels[i % len(labels)]) for i in range(n)]
+    with SummedRssPeak([p.pid for p in servers.procs]) as peak:
+        cpu0, client0, t0 = servers.cpu(), time.process_time(), time.perf_counter()
+        await asyncio.gather(*(s.join(random.uniform(0, join)) for s in students))
+        join_wall, join_cpu = time.perf_counter() - t0, servers.cpu() - cpu0
+        log(f"{n} joined in {join_wall:.1f} s")
+        await asyncio.gather(*(s.choose(labels) for s in students))
+        cpu0, client0, busy0 = servers.cpu(), time.process_time(), machine_busy_seconds()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(s.click_for(period, t0 + duration, labels) for s in students))
+        wall = time.perf_counter() - t0
+        cpu, client_cpu = servers.cpu() - cpu0, time.process_time() - client0
+        busy = machine_busy_seconds() - busy0
+        rss_peak = peak.peak
+    await asyncio.gather(*(s.leave() for s in students))
+    log(f"left; reading RSS in {settle:.0f} s")
+    await asyncio.sleep(settle)
+    rss_after = servers.rss()
+    first = [s.first_page for s in students if s.first_page is not None]
+    lat = [x for s in students for x in s.latencies]
+    served = sum(s.served for s in students)
+    return {
+        "sessions": n, "processes": len(servers.procs), "period_s": period,
+        "first_page_p50_s": pct(first, 0.5), "first_page_p90_s": pct(first, 0.9),
+        "first_page_max_s": max(first, default=float("nan")),
+        "server_cpu_s_per_first_page": join_cpu / n,
+        "click_p50_s": pct(lat, 0.5), "click_p90_s": pct(lat, 0.9),
+        "click_max_s": max(lat, default=float("nan")),
+        "clicks_per_s": served / wall, "clicks_asked_per_s": n / period,
+        "server_cpu_s_per_click": cpu / served if served else float("nan"),
+        "server_cores_busy": cpu / wall,
+        "client_cpu_s_per_click": client_cpu / served if served else float("nan"),
+        "machine_busy_%": 100 * busy / (wall * os.cpu_count()),
+        "clicks": sum(s.clicks for s in students), "served": served,
+        "resets": sum(s.resets for s in students),
+        "lost": sum(s.lost for s in students), "errors": sum(len(s.errors) for s in students),
+        "cross_talk": sum(len(s.cross_talk) for s in students),
+        "rss_before_mib": rss_before, "rss_peak_mib": rss_peak,
+        "mib_per_session": (rss_peak - rss_before) / n,
+        "rss_after_mib": rss_after,
+        "rss_after_vs_before_%": 100 * (rss_after - rss_before) / rss_before,
+        "first_errors": [e for s in students for e in s.errors + s.cross_talk][:5],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, nargs="+", default=[1, 10, 30, 60, 100])
+    ap.add_argument("--period", type=float, default=2.0, help="seconds between a session's clicks")
+    ap.add_argument("--duration", type=float, default=180.0, help="seconds of clicking")
+    ap.add_argument("--join", type=float, default=2.0, help="the sessions start within this")
+    ap.add_argument("--settle", type=float, default=60.0,
+                    help="seconds after the sessions leave before RSS is read again")
+    ap.add_argument("--processes", type=int, default=1, choices=(1, 2),
+                    help="2: two Streamlit processes behind HAProxy (deploy/haproxy.cfg)")
+    ap.add_argument("--out", default="class_load", help="deploy/results/<out>.json/.csv")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+
+    import pandas as pd
+    from app.scenarios import SCENARIOS
+    labels = [s.label for s in SCENARIOS.values()]
+    log = print if args.verbose else (lambda *a: None)
+    rows = []
+    for n in args.sessions:
+        with Servers(args.processes, {}) as servers:
+            row = asyncio.run(run_level(servers, n, args.period, args.duration, args.join,
+                                        labels, args.settle, log))
+        rows.append(row)
+        shown = {k: v for k, v in row.items() if k != "first_errors"}
+        print(pd.DataFrame([shown]).to_string(index=False, float_format=lambda v: f"{v:.3f}"),
+              flush=True)
+        for e in row["first_errors"]:
+            print("  ", e)
+    table = pd.DataFrame([{k: v for k, v in r.items() if k != "first_errors"} for r in rows])
+    print("\n" + table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    write_results(args.out, {"rows": rows, "args": vars(args)}, table)
+
+
+if __name__ == "__main__":
+    main()
