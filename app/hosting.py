@@ -39,10 +39,26 @@ limits with environment variables (read on every check, so a test can monkeypatc
                                    about 2 s to start, 7 s the first time). Default 0: off, the
                                    choice says how to turn it on. One user on their own machine:
                                    ``PAGED_LAB_REAL_VLLM=1``.
+``PAGED_LAB_WATCH_ENDPOINTS``      comma-separated ZeroMQ endpoints the Watch vLLM tab may
+                                   watch; ``tcp://HOST:FIRST-LAST`` is a range of ports. Every
+                                   socket the tab would open must be on it: the endpoint and the
+                                   replay endpoint, for each data-parallel rank (port + rank).
+                                   ``*`` allows any endpoint: only for one user on their own
+                                   machine. Default: a local ``vllm serve``'s KV event ports,
+                                   ``tcp://127.0.0.1:5557-5564``, ``tcp://127.0.0.1:6557-6564``
+                                   and the same on ``localhost`` (live 5557 + rank, replay 5558
+                                   with one rank or 6557 + rank; 8 ranks).
+``PAGED_LAB_WATCH_LISTEN``         1: the Watch tab's Listen (bind the endpoint on this server,
+                                   for a publisher that connects) is allowed, for endpoints on
+                                   the list above. Default 0: off.
+``PAGED_LAB_WATCH_IPC``            1: ``ipc://`` endpoints (socket files on this server; Listen
+                                   creates one) are allowed, for endpoints on the list above.
+                                   Default 0: off.
 ``server.maxUploadSize``           (``.streamlit/config.toml``) largest upload, in MB. Default 5.
 
 Every check here runs before anything is loaded: a refused model is never resolved, read or
-downloaded, and a refused KV cache is never allocated.
+downloaded, a refused KV cache is never allocated, and for a refused watch no socket is made
+(nothing connects, binds or creates a file).
 """
 from __future__ import annotations
 
@@ -52,6 +68,7 @@ import os
 import re
 
 from engine.models.memory_plan import checkpoint_facts, memory_plan
+from engine.kv_events.wire import check_endpoint, offset_endpoint_port, shown
 
 DEFAULT_MODEL = "default"
 ANY_MODEL = "*"
@@ -61,6 +78,11 @@ DEFAULT_MAX_TRACE_SNAPSHOTS = 2000
 DEFAULT_IDLE_MINUTES = 30
 DEFAULT_DISCONNECTED_SECONDS = 120.0     # Streamlit's server.disconnectedSessionTTL default
 MiB = 1024 * 1024
+# a local `vllm serve`'s KV event sockets: live on 5557 + rank, replay on 5558 (one rank, as in
+# the README) or 6557 + rank (the docs' base for several ranks), for up to 8 ranks
+DEFAULT_WATCH_ENDPOINTS = ("tcp://127.0.0.1:5557-5564", "tcp://localhost:5557-5564",
+                           "tcp://127.0.0.1:6557-6564", "tcp://localhost:6557-6564")
+ANY_ENDPOINT = "*"
 
 
 # ---- reading the settings ------------------------------------------------------------------
@@ -130,6 +152,30 @@ def disconnected_seconds() -> float | None:
     return seconds or None
 
 
+def _flag(name: str) -> bool:
+    """An on/off env var: 1 on, 0 or unset off; anything else names itself."""
+    raw = os.environ.get(name, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"the server setting {name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
+def watch_endpoints() -> list[str] | None:
+    """The endpoints the Watch tab may watch (``tcp://HOST:FIRST-LAST`` a port range);
+    None = any (``*``). Unset or empty: a local vLLM's ports (DEFAULT_WATCH_ENDPOINTS)."""
+    listed = [e.strip() for e in os.environ.get("PAGED_LAB_WATCH_ENDPOINTS", "").split(",")]
+    listed = [e for e in listed if e] or list(DEFAULT_WATCH_ENDPOINTS)
+    return None if ANY_ENDPOINT in listed else listed
+
+
+def watch_listen_allowed() -> bool:
+    return _flag("PAGED_LAB_WATCH_LISTEN")
+
+
+def watch_ipc_allowed() -> bool:
+    return _flag("PAGED_LAB_WATCH_IPC")
+
+
 def real_vllm_sessions() -> int:
     """Sessions that may run the real vLLM at once; 0 = the choice is off (the default)."""
     return _number("PAGED_LAB_REAL_VLLM", 0, integer=True, allow_zero=True)
@@ -191,6 +237,99 @@ def check_resources(config) -> None:
                          f"{config.block_size} x {blocks} blocks x {per_slot:,} bytes per token "
                          f"slot): a session may allocate at most {_mib(limit)} MiB "
                          "(PAGED_LAB_MAX_KV_MB). Lower the block size or the pool sizes.")
+
+
+class WatchNotAllowed(ValueError):
+    """A session asked to watch an endpoint, or to watch in a way (Listen, ipc://), that this
+    server does not allow (the message names what was typed and the setting that allows it)."""
+
+
+# the words of check_watch_allowed's messages: the Python API's names (the Watch tab passes its
+# field labels instead)
+WATCH_API_NAMES = {"endpoint": "endpoint", "replay_endpoint": "replay_endpoint",
+                   "bind": "bind=True", "data_parallel_size": "data_parallel_size"}
+_PORT_RANGE = re.compile(r"(?P<base>tcp://.+):(?P<first>[0-9]+)-(?P<last>[0-9]+)")
+
+
+def check_watch_allowed(endpoint, replay_endpoint=None, *, bind: bool = False,
+                        data_parallel_size: int = 1,
+                        names: dict[str, str] = WATCH_API_NAMES) -> tuple[str, str | None]:
+    """(endpoint, replay endpoint or None), stripped, as ``KVEventSubscriber`` takes them, if
+    this server lets a session watch them; else ValueError in ``names``' words, naming the
+    endpoint as typed and the setting that would allow it. Every socket the subscriber would
+    open is checked (each rank's port, the replay socket's too). Compares strings and reads
+    settings only: no socket is made, nothing connects, binds, resolves or creates a file."""
+    endpoint = check_endpoint(endpoint, names["endpoint"], bind=bind)
+    if replay_endpoint is not None and not str(replay_endpoint).strip():
+        replay_endpoint = None
+    if replay_endpoint is not None:
+        replay_endpoint = check_endpoint(replay_endpoint, names["replay_endpoint"])
+    ranks = data_parallel_size
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or not 1 <= ranks <= 64:
+        raise ValueError(f"{names['data_parallel_size']} must be a whole number from 1 to 64, "
+                         f"got {ranks!r}")
+    _check_watch_socket(endpoint, "endpoint", bind, ranks, names)
+    if replay_endpoint is not None:
+        _check_watch_socket(replay_endpoint, "replay_endpoint", False, ranks, names)
+    return endpoint, replay_endpoint
+
+
+def _check_watch_socket(endpoint: str, field: str, bind: bool, ranks: int,
+                        names: dict[str, str]) -> None:
+    """One field's endpoint (``field`` a key of ``names``), for every rank, or WatchNotAllowed."""
+    what = f"the {names[field]} {shown(endpoint)!r}"
+    reasons, settings = [], []
+    if endpoint.startswith("ipc://") and not watch_ipc_allowed():
+        reasons.append("ipc:// endpoints (socket files on this server) are off")
+        settings.append("PAGED_LAB_WATCH_IPC=1")
+    if bind and not watch_listen_allowed():
+        reasons.append(f"{names['bind']} (binding it on this server) is off")
+        settings.append("PAGED_LAB_WATCH_LISTEN=1")
+    sockets = _per_rank(endpoint, ranks)
+    listed = watch_endpoints()
+    missing = None if listed is None else next(
+        (ep for ep in sockets or [endpoint] if not _listed(ep, listed)), None)
+    if missing == endpoint:
+        reasons.append(f"it is not on the server's list of endpoints to watch "
+                       f"({_listing(listed)})")
+    elif missing is not None:            # a rank's port (vLLM's port + rank) is off the list
+        reasons.append(f"with {names['data_parallel_size']} {ranks} it also watches "
+                       f"{shown(missing)}, which is not on the server's list of endpoints to "
+                       f"watch ({_listing(listed)})")
+    if missing is not None:
+        settings.append(f"{shown(missing)} in PAGED_LAB_WATCH_ENDPOINTS")
+    if reasons:
+        raise WatchNotAllowed(f"this server does not let sessions watch {what}: "
+                              f"{'; '.join(reasons)}. Its operator allows it with "
+                              f"{' and '.join(settings)}.")
+    if sockets is None:
+        raise ValueError(f"{what} has no per-rank form (only tcp:// and inproc:// have one): "
+                         f"set {names['data_parallel_size']} to 1")
+
+
+def _per_rank(endpoint: str, ranks: int) -> list[str] | None:
+    """The endpoint of each data-parallel rank (vLLM's port + rank); None: it has no per-rank
+    form (ipc://) and ``ranks`` > 1."""
+    try:
+        return [offset_endpoint_port(endpoint, r) for r in range(ranks)]
+    except ValueError:
+        return None
+
+
+def _listed(endpoint: str, listed: list[str]) -> bool:
+    """On the list as written, or in one of its port ranges (exact strings: no name is
+    resolved, so a listed host name is the only way to that host)."""
+    if endpoint in listed:
+        return True
+    base, _, port = endpoint.rpartition(":")
+    return port.isdigit() and any(
+        m is not None and m["base"] == base and int(m["first"]) <= int(port) <= int(m["last"])
+        for m in map(_PORT_RANGE.fullmatch, listed))
+
+
+def _listing(listed: list[str], most: int = 6) -> str:
+    more = f" and {len(listed) - most} more" if len(listed) > most else ""
+    return ", ".join(shown(e) for e in listed[:most]) + more
 
 
 # ---- what the page may show ----------------------------------------------------------------

@@ -189,6 +189,9 @@ class Lab:
     session_id: str | None = None               # the Streamlit session showing this lab
     disconnected_since: float | None = None     # when the sweeper first saw it disconnected
     released_why: str = ""                      # "idle" or "disconnected" (the note says which)
+    # the Watch vLLM tab's subscription (app/views/watch.py: anything with close(why)), held
+    # here so it is closed with the engine, by the same sweep
+    watch: object | None = None
     # held by a script run while it reads or changes the lab (re-entrant: a run's callbacks,
     # body and fragment take it in turn); the sweeper never releases a lab someone holds
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
@@ -223,11 +226,15 @@ class Lab:
                 self.touch()             # a long run (Run 200 steps) is activity to its end
 
     def release(self, why: str = "idle") -> None:
-        """Give back the engine (KV pool, history), a replayed trace and the Compare engines;
-        ``why`` ("idle" or "disconnected") is what the note says when the session returns."""
+        """Give back the engine (KV pool, history), a replayed trace, the Compare engines and
+        the Watch tab's subscription; ``why`` ("idle" or "disconnected") is what the note says
+        when the session returns."""
         if self.engine is not None:
             self.engine.close()          # real vLLM's engine core, a KV event publisher
         self.engine, self._compare, self._sweep = None, None, None
+        if self.watch is not None:
+            self.watch.close(why)        # its sockets (the tab says why it stopped)
+            self.watch = None
         self.figures.clear()
         self.trace, self.trace_name, self.view, self.playing = None, "", None, False
         self._token_text = {}

@@ -51,9 +51,14 @@ def _on_history() -> None:
         # clicks: the browser had not shown the new position yet): the click is what was
         # meant, the stale position would undo it
         return
-    chosen = st.session_state.w_hist          # a position in the history, not a step number
-    if isinstance(chosen, int) and 0 <= chosen < len(lab.snapshots()):
-        lab.show(chosen)
+    chosen = st.session_state.w_hist          # the slider's value: see history_slider
+    snaps = lab.snapshots()
+    if not isinstance(chosen, int) or not snaps:
+        return
+    base = history_base(snaps)
+    position = chosen if base is None else chosen - base
+    if 0 <= position < len(snaps):
+        lab.show(position)
 
 
 def _on_speed() -> None:
@@ -169,14 +174,32 @@ def _on_projector_lesson() -> None:
     ss[FULL_RERUN] = True                # the sidebar's widgets must show the lesson's settings
 
 
+def history_base(snaps) -> int | None:
+    """The first snapshot's step when each snapshot is the step after the one before (a live
+    history, also once its oldest steps were dropped: the history slider's values are then step
+    numbers), else None (its values are positions: an abort or a prefix-cache reset records a
+    second snapshot with the same step number, a trace may skip steps)."""
+    base = snaps[0].step
+    if snaps[-1].step - base != len(snaps) - 1:
+        return None
+    return base if all(s.step == base + i for i, s in enumerate(snaps)) else None
+
+
 def history_slider(lab: Lab) -> None:
+    """The recorded history as a slider over whole numbers: its message is the same size at
+    any history length (a select_slider sent one label per snapshot on every Step: 1,000
+    snapshots added ~5 KB to each Step's messages; docs/hosting.md). A printf format cannot
+    turn a position into a step number, so the values are the step numbers themselves when
+    they follow one another (``history_base``), and positions otherwise, shown as
+    "snapshot N"."""
     snaps = lab.snapshots()
     if len(snaps) < 2:
         st.caption("History: only the initial state so far.")
         return
-    # keyed by position: an abort records a second snapshot with the same step number
-    labels = [f"{s.step} (abort)" if s.kind == "abort" else str(s.step) for s in snaps]
-    st.session_state.w_hist = lab.index()
-    st.select_slider("History (step shown)", options=list(range(len(snaps))), key="w_hist",
-                     format_func=labels.__getitem__, on_change=_on_history,
-                     label_visibility="collapsed", help="scrub through the stored snapshots")
+    base = history_base(snaps)
+    offset = 0 if base is None else base
+    st.session_state.w_hist = offset + lab.index()
+    st.slider("History (step shown)", min_value=offset, max_value=offset + len(snaps) - 1,
+              step=1, key="w_hist", format="%d" if base is not None else "snapshot %d",
+              on_change=_on_history, label_visibility="collapsed",
+              help="scrub through the stored snapshots")

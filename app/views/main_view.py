@@ -54,7 +54,6 @@ def _main_area(lab: Lab, timer: float | None) -> None:
             st.error(lab.error)
         st.info("No engine yet: fix the settings in the sidebar and press **Apply & reset**.")
         return
-    error_slot = st.empty()              # filled after the controls ran (a Step clears errors)
     lab.tick(controls.play_interval())
     if controls.play_timer() != timer:   # the timer the browser has (this page run's)
         st.rerun(scope="app")            # Play's state changed: re-arm the timer (above)
@@ -62,11 +61,14 @@ def _main_area(lab: Lab, timer: float | None) -> None:
              else SCENARIOS[lab.settings.scenario].label)
     st.subheader(title, anchor=False)
     controls.draw(lab)
-    controls.presenter_row(lab)
+    # below the button row (after the controls ran: a Step clears the error), never above it:
+    # a message that appears (a refused Apply, a failed step) must not move Step from under
+    # the mouse
     if lab.error:
-        error_slot.error(lab.error)
+        st.error(lab.error)
     elif lab.notice:
-        error_slot.warning(lab.notice)
+        st.warning(lab.notice)
+    controls.presenter_row(lab)
     lesson = st.session_state.get("w_mode") == "Lessons" and not lab.replaying
     snap = lab.current()
     total = lab.snapshots()[-1].step

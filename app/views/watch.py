@@ -1,9 +1,15 @@
 """The "Watch vLLM" tab: a live view of a KV cache event stream -- a vLLM server's
 (``--kv-events-config``) or this engine's publisher (``EngineConfig.kv_events_endpoint``).
 
-One subscriber per browser session lives in st.session_state; every run of the live fragment
-drains it briefly and feeds a PrefixCacheView, which the figures draw (app/figures/prefix_tree.py,
-app/figures/kv_event_charts.py). Nothing here talks to the page's own engine.
+One subscriber per browser session lives in st.session_state (Connect closes the one before);
+every run of the live fragment drains it briefly and feeds a PrefixCacheView, which the figures
+draw (app/figures/prefix_tree.py, app/figures/kv_event_charts.py). Nothing here talks to the
+page's own engine. The session's lab holds the subscription too (``Lab.watch``), so an idle or
+disconnected session's is closed with its engine, by the same sweep (app/state.py).
+
+On a shared server a visitor must not make it connect anywhere, listen, or create socket files:
+``hosting.check_watch_allowed`` checks what was typed against the operator's settings
+(PAGED_LAB_WATCH_ENDPOINTS, _LISTEN, _IPC) before any socket exists.
 
 The figures go through the figure cache like every other (one per watch): the view is one object
 that changes as batches arrive, so they are keyed by it and by its batch count, and a refresh
@@ -12,6 +18,7 @@ that received nothing draws the figures it built before.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import streamlit as st
@@ -20,6 +27,7 @@ from engine.kv_events.cache_view import PrefixCacheView
 from engine.kv_events.subscriber import KVEventSubscriber
 from engine.kv_events.wire import shown
 
+from app import hosting
 from app.figure_cache import FigureCache
 from app.figures import kv_event_charts, prefix_tree
 from app.views.common import chart
@@ -27,7 +35,10 @@ from app.views.common import chart
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 REFRESH_S = 1.0
 DRAIN_TIMEOUT_S = 0.05                 # how long one run waits for the first new batch
-STATE, ERROR = "kv_watch", "kv_watch_error"
+STATE, ERROR, ENDED = "kv_watch", "kv_watch_error", "kv_watch_ended"
+# the fields' labels, for the allowlist check's messages (hosting.check_watch_allowed)
+FIELD_NAMES = {"endpoint": "Endpoint", "replay_endpoint": "Replay endpoint", "bind": "Listen",
+               "data_parallel_size": "Data-parallel ranks"}
 CHART = {"displayModeBar": False, "displaylogo": False}
 
 HELP = """\
@@ -53,7 +64,13 @@ here. Set *data-parallel ranks* to *N* to watch all of them.
 
 **This engine:** `EngineConfig(kv_events_endpoint="tcp://*:5557")` publishes the same format.
 A publisher given a *connect* address (`tcp://127.0.0.1:5557`) pushes to a listener instead:
-tick *listen* here for that.
+tick *Listen* here for that.
+
+**On a shared server** you can watch only the endpoints its operator lists
+(`PAGED_LAB_WATCH_ENDPOINTS`; by default a vLLM on the server itself: `127.0.0.1` or
+`localhost`, ports 5557–5564 and 6557–6564), and *Listen* and `ipc://` endpoints are off unless
+the operator allows them (`PAGED_LAB_WATCH_LISTEN=1`, `PAGED_LAB_WATCH_IPC=1`). A refused
+endpoint says which setting would allow it.
 """
 
 
@@ -64,11 +81,17 @@ class Watch:
     view: PrefixCacheView = field(default_factory=PrefixCacheView)
     since: float = field(default_factory=time.monotonic)     # when Connect was pressed
     figures: FigureCache = field(default_factory=lambda: FigureCache(capacity=3))
+    ended: str = ""                    # why the server closed it ("idle", "disconnected")
 
     def poll(self, timeout_s: float = DRAIN_TIMEOUT_S) -> int:
         batches = self.subscriber.receive(timeout_s)
         self.view.apply_all(batches)
         return len(batches)
+
+    def close(self, why: str = "") -> None:
+        """Close the sockets (also from the idle sweeper's thread: ``Lab.release``)."""
+        self.ended = why
+        self.subscriber.close()
 
 
 # the live view's figures, from the view as it is after ``batches`` batches (the cache's key)
@@ -84,10 +107,26 @@ def _cached_figure(view: PrefixCacheView, batches: int):
     return kv_event_charts.cached_blocks_figure(view.series_frame())
 
 
+def _lab():
+    """The session's lab (the page always has one; the Watch view alone, in tests, may not)."""
+    return st.session_state.get("lab")
+
+
+def _hold(w: Watch) -> None:
+    """The session's one subscription: the tab draws it, the lab closes it when released."""
+    st.session_state[STATE] = w
+    lab = _lab()
+    if lab is not None:
+        lab.watch = w
+
+
 def _close() -> None:
     w = st.session_state.pop(STATE, None)
+    lab = _lab()
+    if lab is not None and lab.watch is w:
+        lab.watch = None
     if w is not None:
-        w.subscriber.close()
+        w.close()
 
 
 def _disconnect() -> None:
@@ -108,9 +147,17 @@ NO_PUBLISHER_AFTER_S = 5.0       # nothing received this long after Connect: say
 
 
 def _connect() -> None:
+    lab = _lab()
+    with lab.in_use() if lab is not None else nullcontext():   # not released halfway through
+        _start_watch()
+
+
+def _start_watch() -> None:
+    """Close the session's subscription, then open the one the fields ask for, if this server
+    allows it: the check runs before any socket exists."""
     ss = st.session_state
     _close()
-    ss[ERROR] = None
+    ss[ERROR], ss[ENDED] = None, ""
     ranks = ss.get("w_kv_ranks", 1)
     if not isinstance(ranks, (int, float)) or ranks != int(ranks) or \
             not 1 <= ranks <= MAX_RANKS:             # refused as typed, never clamped
@@ -119,18 +166,20 @@ def _connect() -> None:
                      f"Cannot watch: Data-parallel ranks must be a whole number from 1 to "
                      f"{MAX_RANKS}")
         return
+    bind = bool(ss.get("w_kv_bind", False))
     try:
-        sub = KVEventSubscriber(ss.get("w_kv_endpoint", DEFAULT_ENDPOINT),
-                                topic=ss.get("w_kv_topic", ""),
-                                replay_endpoint=ss.get("w_kv_replay") or None,
-                                bind=bool(ss.get("w_kv_bind", False)),
+        endpoint, replay = hosting.check_watch_allowed(
+            ss.get("w_kv_endpoint", DEFAULT_ENDPOINT), ss.get("w_kv_replay") or None,
+            bind=bind, data_parallel_size=int(ranks), names=FIELD_NAMES)
+        sub = KVEventSubscriber(endpoint, topic=ss.get("w_kv_topic", ""),
+                                replay_endpoint=replay, bind=bind,
                                 data_parallel_size=int(ranks))
     except ValueError as e:
         ss[ERROR] = f"Cannot watch: {e}"
     except Exception as e:              # a socket problem we did not foresee: say it, no trace
         ss[ERROR] = f"Cannot watch ({type(e).__name__}): {e}"
     else:
-        ss[STATE] = Watch(sub)
+        _hold(Watch(sub))
 
 
 def _status(w: Watch, now: float | None = None) -> str:
@@ -165,11 +214,37 @@ def _status(w: Watch, now: float | None = None) -> str:
     return " · ".join(parts)
 
 
+def _ended_note(why: str) -> str:
+    if why == "disconnected":
+        cause = "this page was disconnected from the server for too long"
+    else:
+        minutes = (hosting.idle_seconds() or 0) / 60
+        cause = f"this session was idle for more than {minutes:g} minute{'s' * (minutes != 1)}"
+    return (f"The server stopped watching because {cause}, to free what the session held. "
+            "Press **Connect** to watch again.")
+
+
+def _current() -> Watch | None:
+    """The session's subscription; one the server closed (released with the lab: idle,
+    disconnected) is dropped, and the tab says why."""
+    ss = st.session_state
+    w: Watch | None = ss.get(STATE)
+    if w is not None and w.subscriber.closed:
+        ss.pop(STATE, None)
+        ss[ENDED] = w.ended or "idle"
+        return None
+    return w
+
+
 def live_view() -> None:
     """Drain the subscriber and draw; runs as a fragment (alone, on its timer or Refresh)."""
-    w: Watch | None = st.session_state.get(STATE)
+    # a subscription closed meanwhile does not rerun the whole page to stop the timer: that
+    # would revive the idle lab's engine; the next whole-page run stops it
+    w = _current()
     if w is None:
         st.info("Not watching: enter an endpoint above and press **Connect**.")
+        if st.session_state.get(ENDED):
+            st.warning(_ended_note(st.session_state[ENDED]))
         return
     st.button("↻ Refresh", key="kv_refresh_btn", help="take what arrived since the last look")
     w.poll()
@@ -217,7 +292,7 @@ def draw(_shown=None) -> None:
                       help=f"1 to {MAX_RANKS}: vLLM publishes rank r on the base port + r")
     c[4].checkbox("Listen", value=False, key="w_kv_bind",
                   help="bind the endpoint instead of connecting (for a publisher that connects)")
-    watching = st.session_state.get(STATE) is not None
+    watching = _current() is not None
     b = st.columns([1, 1, 2, 4])
     b[0].button("Connect" if not watching else "Reconnect", type="primary", key="kv_connect_btn",
                 on_click=_connect)
@@ -225,5 +300,6 @@ def draw(_shown=None) -> None:
     auto = b[2].toggle("Auto-refresh", value=True, key="w_kv_auto", on_change=_retime,
                        help=f"redraw every {REFRESH_S:g} s")
     if st.session_state.get(ERROR):
-        st.error(st.session_state[ERROR])
+        # as typed: a '*' (tcp://*:PORT) would otherwise start markdown's emphasis
+        st.error(st.session_state[ERROR].replace("*", "\\*"))
     st.fragment(live_view, run_every=REFRESH_S if auto and watching else None)()

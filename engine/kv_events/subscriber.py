@@ -183,7 +183,10 @@ class KVEventSubscriber:
         return next((s for s in range(lo, max(seqs)) if s not in seqs), None)
 
     def close(self) -> None:
-        _close_all(self._sockets)
+        """Close every socket; safe from another thread (a server's idle sweeper) while one
+        is in ``receive``: it waits for that to finish (ZeroMQ sockets are not thread-safe)."""
+        with self._lock:
+            _close_all(self._sockets)
 
     @property
     def closed(self) -> bool:

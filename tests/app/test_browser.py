@@ -315,12 +315,19 @@ def test_a_released_lab_comes_back_fresh_on_a_click_in_the_view(browser, tmp_pat
 def test_the_watch_view_stops_redrawing_when_auto_refresh_is_off_or_it_disconnects(server,
                                                                                     browser):
     """The live view redraws itself every second inside the main view's fragment; turning
-    Auto-refresh off or pressing Disconnect must stop that timer (it once kept running)."""
+    Auto-refresh off or pressing Disconnect must stop that timer (it once kept running).
+    The server runs with the default settings: an endpoint off the operator's list is refused
+    on the page, a local vLLM's default endpoint is watched."""
     url, _ = server
     page = browser.new_page()
     open_lab(page, url)
     page.get_by_role("tab", name="Watch vLLM").click()
-    page.get_by_label("Endpoint (the server's PUB socket)").fill(f"tcp://127.0.0.1:{free_port()}")
+    endpoint = page.get_by_label("Endpoint (the server's PUB socket)")
+    endpoint.fill("tcp://10.0.0.1:5557")
+    page.get_by_role("button", name="Connect", exact=True).click()
+    pw.expect(page.get_by_text("tcp://10.0.0.1:5557 in PAGED_LAB_WATCH_ENDPOINTS",
+                               exact=False)).to_be_visible(timeout=10_000)
+    endpoint.fill("tcp://127.0.0.1:5557")             # nothing need publish there
     page.get_by_role("button", name="Connect", exact=True).click()
     page.get_by_text("cached blocks").first.wait_for(timeout=20_000)
     page.evaluate(RUNS_DONE_JS)
@@ -624,5 +631,117 @@ def test_narration_on_the_page_follows_the_order_of_events(server, browser, scen
             if any(e.kind == kind for e in here.snapshot.events):
                 assert words in text
     assert told > steps
+    assert not exceptions_on(page)
+    page.close()
+
+
+# ---- what a Step costs at 10 and at 1,000 recorded snapshots (issue 29) ---------------------
+
+
+def _history_traces(tmp_path, long: int = 1000, short: int = 10) -> tuple[Path, Path]:
+    """Two traces of the same run (one request, one token per step): its first ``short``
+    snapshots and its first ``long``. A live session keeps at most app.state.MAX_HISTORY (400)
+    snapshots; a replay takes up to PAGED_LAB_MAX_TRACE_SNAPSHOTS (2,000 by default), so
+    1,000 recorded snapshots are reached by uploading them. The steps measured are the same
+    snapshots in both (positions 0 to 9): only the length of the history differs."""
+    from engine import Engine, EngineConfig, SamplingParams
+    from app.trace_io import trace_gzip
+    eng = Engine(EngineConfig(model=MODEL, block_size=16, num_gpu_blocks=64, max_history=long))
+    eng.add_request("ROMEO:", SamplingParams(max_tokens=long, ignore_eos=True))
+    while len(eng.history) < long:
+        assert eng.has_unfinished_requests(), "the run ended before it had enough snapshots"
+        eng.step()
+    history = list(eng.history)
+    assert history[0].step == 0 and len(history) == long
+    paths = tmp_path / f"history{short}.json.gz", tmp_path / f"history{long}.json.gz"
+    paths[0].write_bytes(trace_gzip(history[:short]))
+    paths[1].write_bytes(trace_gzip(history))
+    return paths
+
+
+def _replay(page, trace: Path) -> None:
+    page.locator('section[data-testid="stSidebar"] input[type=file]').set_input_files(str(trace))
+    page.get_by_role("heading", name=f"Replay: {trace.name}").wait_for(timeout=120_000)
+    wait_rendered(page, 0)
+    page.wait_for_timeout(500)           # the upload's run is over
+
+
+def _replay_steps(page, frames: list[int], steps: int) -> tuple[list[float], list[int]]:
+    """Seconds from a Step click to the pool figure showing the next snapshot (one in-page
+    predicate, as the Step vs no-op test), and the websocket bytes the browser received for it
+    (every ForwardMsg of the run, counted until the view's last line shows the step)."""
+    x, y = _step_center(page)
+    seconds, received = [], []
+    for _ in range(steps):
+        shown = rendered_step(page)
+        before = frames[0]
+        t0 = time.perf_counter()
+        page.mouse.click(x, y)
+        page.wait_for_function(
+            f"""[...document.querySelectorAll('.gtitle')].some(
+                e => e.textContent.startsWith('Physical block pool — step {shown + 1}'))""",
+            timeout=60_000)
+        seconds.append(time.perf_counter() - t0)
+        page.get_by_text(f"rendered step {shown + 1}", exact=True).wait_for(timeout=60_000)
+        page.wait_for_timeout(300)       # the run's last messages (not timed)
+        received.append(frames[0] - before)
+    return seconds, received
+
+
+def test_a_step_costs_the_same_at_10_and_at_1000_recorded_snapshots(server, browser, tmp_path):
+    """Issue 29: the history widget's message must not grow with the history (a select_slider
+    resent one label per snapshot on every Step). One session replays two traces of the same
+    run, 10 and 1,000 snapshots long, in turns (10, 1,000, 10, 1,000: a busy machine's drift
+    falls on both), and Steps through the same first 9 snapshots of each: the median Step click
+    -> pool figure time at 1,000 is at most 1.5x the one at 10, and the bytes per Step at
+    most 1.2x."""
+    url, _ = server
+    short, long = _history_traces(tmp_path)
+    page = browser.new_page()
+    frames = [0]
+
+    def on_ws(ws):
+        ws.on("framereceived", lambda payload: frames.__setitem__(0, frames[0] + len(payload)))
+    page.on("websocket", on_ws)
+    open_lab(page, url)
+    cost = {short: ([], []), long: ([], [])}
+    for trace in (short, long, short, long):
+        _replay(page, trace)
+        seconds, received = _replay_steps(page, frames, 9)
+        cost[trace][0].extend(seconds)
+        cost[trace][1].extend(received)
+    assert not exceptions_on(page)
+    page.close()
+    (s10, b10), (s1k, b1k) = ([statistics.median(x) for x in cost[t]] for t in (short, long))
+    print(f"\nStep click -> pool figure, median of {len(cost[short][0])}: {s10:.3f} s at 10 "
+          f"snapshots, {s1k:.3f} s at 1,000 (ratio {s1k / s10:.2f}, bound 1.5); websocket "
+          f"bytes per Step, median: {b10:,.0f} at 10, {b1k:,.0f} at 1,000 (ratio "
+          f"{b1k / b10:.3f}, bound 1.2); bytes at 1,000 ranged {min(cost[long][1]):,}-"
+          f"{max(cost[long][1]):,}")
+    assert b1k <= 1.2 * b10, f"a Step sends {b1k / b10:.2f}x the bytes at 1,000 snapshots"
+    assert s1k <= 1.5 * s10, f"a Step costs {s1k / s10:.2f}x at 1,000 snapshots"
+
+
+def test_a_refused_apply_does_not_move_the_step_button(server, browser):
+    """The message of a refused Apply (lab.error) is shown below the button row, not above it:
+    the Step button stays under the mouse, and the message names what was refused."""
+    url, _ = server
+    page = browser.new_page()
+    open_lab(page, url)
+    click_step(page)
+    before = step_button(page).bounding_box()
+    page.locator('section[data-testid="stSidebar"]').get_by_label(
+        "block size", exact=True).fill("3")
+    page.get_by_role("button", name="Apply & reset").click()
+    error = page.locator('[data-testid="stMain"] [data-testid="stAlertContainer"]',
+                         has_text="power of two")
+    pw.expect(error).to_have_count(1, timeout=60_000)
+    page.wait_for_timeout(500)           # the page is drawn whole
+    after = step_button(page).bounding_box()
+    assert error.first.is_visible() and error.first.bounding_box()["y"] > before["y"]
+    assert after == before, f"the Step button moved: {before} -> {after}"
+    click_step(page)                     # a Step clears the message; the button stays put
+    pw.expect(error).to_have_count(0, timeout=10_000)
+    assert step_button(page).bounding_box() == before
     assert not exceptions_on(page)
     page.close()

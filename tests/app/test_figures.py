@@ -272,3 +272,25 @@ def test_generated_tokens_differ_from_the_prompt_by_more_than_colour():
     assert len(prompt) == 5 and len(generated) == 3
     assert all("font-weight:bold" in g and "underline" in g for g in generated)
     assert not any("bold" in p or "underline" in p for p in prompt)
+
+
+# ---- the figures redrawn on every Step: validated here, not on the page ------------------------
+def test_every_step_figure_passes_plotlys_validation():
+    """make_figure skips Plotly's validation at run time (app/figures/common.py), so every
+    figure built that way is validated here, for every preset's every step: Plotly raises on
+    any property name or value it does not know."""
+    from app.figures.common import empty
+    from app.scenarios import SCENARIOS
+    from app.state import Lab
+    checked = 0
+    for key in SCENARIOS:
+        lab = Lab.create(key)
+        while True:
+            snap = lab.current()
+            for fig in (pool_figure(snap, lab.decode), block_table_figure(snap, lab.decode)):
+                go.Figure(fig.to_dict())               # validates; raises ValueError if not
+                checked += 1
+            if lab.finished or not lab.step():
+                break
+    go.Figure(empty("t", "nothing").to_dict())
+    assert checked > 100

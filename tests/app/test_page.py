@@ -160,7 +160,7 @@ def test_history_controls_tabs_and_play(app):
     assert "Step **3** of 3" in status_caption(at)
     at.button(key="back_btn").click().run()
     assert "Step **2** of 3" in status_caption(at)
-    at.select_slider(key="w_hist").set_value(1).run()
+    at.slider(key="w_hist").set_value(1).run()
     assert "Step **1** of 3" in status_caption(at)
     assert at.info[0].value.startswith("Step 1 (prefill)")
     at.button(key="latest_btn").click().run()
@@ -184,6 +184,34 @@ def test_history_controls_tabs_and_play(app):
     assert lab(at).playing and at.button(key="play_btn").label == "⏸ Pause"
     at.button(key="play_btn").click().run()
     assert not lab(at).playing and at.button(key="play_btn").label == "▶ Play"
+
+
+def test_the_history_slider_shows_step_numbers_and_reaches_every_snapshot(app):
+    """The history is a slider over whole numbers (its message is the same size at any
+    history length): its values are step numbers while each snapshot is the step after the one
+    before, also when the first kept step is not 0 (a live history past its bound, a trace);
+    positions, shown as "snapshot N", once a step number repeats (an abort records a second
+    snapshot of its step), so every snapshot can still be reached."""
+    at = app
+    step(at, 4)
+    snaps = lab(at).snapshots()
+    data = trace_json(snaps[2:]).encode()                # steps 2, 3, 4
+    at.sidebar.file_uploader[0].upload("later.json", data, "application/json").run()
+    hist = at.slider(key="w_hist")
+    assert (hist.min, hist.max, hist.value, hist.proto.format) == (2, 4, 2, "%d")
+    hist.set_value(3).run()
+    assert "Step **3** of 4" in status_caption(at) and lab(at).index() == 1
+    at.sidebar.button[0].click().run()                   # Back to the live engine
+    engine = lab(at).engine
+    engine.abort_request(next(iter(engine.groups)))      # a second snapshot of step 4
+    at.run()
+    hist = at.slider(key="w_hist")
+    assert (hist.min, hist.max, hist.value, hist.proto.format) == (0, 5, 5, "snapshot %d")
+    assert " · abort · " in status_caption(at)
+    hist.set_value(4).run()
+    assert "Step **4** of 4" in status_caption(at) and lab(at).index() == 4
+    assert " · abort · " not in status_caption(at)
+    assert not at.exception
 
 
 def test_upload_and_replay_a_trace(app):

@@ -1,6 +1,9 @@
 """The "Watch vLLM" view, headless (streamlit.testing.v1.AppTest): pointed at this engine's KV
 event publisher over ZeroMQ on 127.0.0.1, it shows exactly the blocks the engine cached; bad
 endpoints get a clear st.error, malformed messages are counted on the page, Disconnect closes.
+On a hosted server (the default) only the operator's endpoints may be watched, Listen and
+ipc:// are off, and a refused endpoint opens no socket; a session holds one subscription, closed
+when its lab is released (idle, disconnected).
 
 The engine publishes on tcp://*:PORT (it binds, as vLLM does) with a replay socket; the view
 connects to tcp://127.0.0.1:PORT and fetches the history through the replay socket, so it does
@@ -38,6 +41,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+WATCH_SETTINGS = ("PAGED_LAB_WATCH_ENDPOINTS", "PAGED_LAB_WATCH_LISTEN", "PAGED_LAB_WATCH_IPC")
+
+
+@pytest.fixture(autouse=True)
+def hosted(monkeypatch):
+    """The lab's default: a hosted server (whatever the shell running the tests has set)."""
+    for name in WATCH_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def allow(monkeypatch, *endpoints: str) -> None:
+    """The operator lists these endpoints (``*``: any)."""
+    monkeypatch.setenv("PAGED_LAB_WATCH_ENDPOINTS", ",".join(endpoints))
 
 
 @pytest.fixture
@@ -87,8 +106,9 @@ def values(array) -> list:
 
 
 @pytest.fixture
-def engine():
+def engine(monkeypatch):
     port, replay = free_port(), free_port()
+    allow(monkeypatch, f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay}")
     eng = Engine.length_only(EngineConfig(
         block_size=4, num_gpu_blocks=24, enable_prefix_caching=True, seed=0,
         kv_events_endpoint=f"tcp://*:{port}", kv_events_replay_endpoint=f"tcp://*:{replay}"),
@@ -154,13 +174,14 @@ def test_a_bad_endpoint_is_a_clear_error_not_a_traceback(page):
     page.text_input(key="w_kv_endpoint").input("tcp://127.0.0.1:5557")
     page.text_input(key="w_kv_replay").input("tcp://127.0.0.1")
     page.button(key="kv_connect_btn").click().run()
-    assert "replay endpoint" in page.error[0].value
+    assert "the Replay endpoint 'tcp://127.0.0.1'" in page.error[0].value
 
 
-def test_malformed_messages_are_counted_on_the_page_and_disconnect_closes(page):
+def test_malformed_messages_are_counted_on_the_page_and_disconnect_closes(page, monkeypatch):
     xpub = zmq.Context.instance().socket(zmq.XPUB)    # says when the view has subscribed
     xpub.setsockopt(zmq.LINGER, 0)
     xpub.bind("tcp://127.0.0.1:0")
+    allow(monkeypatch, xpub.getsockopt_string(zmq.LAST_ENDPOINT))
     try:
         connect(page, xpub.getsockopt_string(zmq.LAST_ENDPOINT))
         assert xpub.poll(int(DEADLINE_S * 1000)) and xpub.recv() == b"\x01"
@@ -243,11 +264,12 @@ def test_the_event_charts_bin_a_long_stream():
     assert "no KV event batches" in event_rate_figure(frame.head(0)).layout.annotations[0].text
 
 
-def test_the_status_tells_what_was_really_seen(page):
+def test_the_status_tells_what_was_really_seen(page, monkeypatch):
     """Where nothing publishes, the status never says "connected": first "waiting", then, after
     a few seconds, "no publisher reached yet" with what to check. Ranks out of range are
     refused as typed; a long endpoint is not echoed whole."""
     from app.views import watch
+    allow(monkeypatch, "*")
     for typed in (0, 100):
         page.number_input(key="w_kv_ranks").set_value(typed)
         page.button(key="kv_connect_btn").click().run()
@@ -271,3 +293,210 @@ def test_the_status_tells_what_was_really_seen(page):
     assert "connected" not in now
     later = watch._status(w, now=w.since + 6)
     assert later.startswith("no publisher reached yet at") and "--kv-events-config" in later
+
+
+# ---- a shared server: what a visitor may watch ---------------------------------------------
+REFUSED_BY_DEFAULT = [  # (endpoint, Listen, the setting the message must name)
+    ("tcp://10.0.0.1:5557", False, "tcp://10.0.0.1:5557 in PAGED_LAB_WATCH_ENDPOINTS"),
+    ("tcp://*:6000", True, "PAGED_LAB_WATCH_LISTEN=1"),
+    ("ipc:///etc/x", False, "PAGED_LAB_WATCH_IPC=1"),
+]
+
+
+@pytest.fixture
+def sockets_made(monkeypatch):
+    """Every ZeroMQ socket and subscriber the Watch view makes from now on."""
+    from app.views import watch
+    made = []
+    real_socket, real_subscriber = zmq.Context.socket, watch.KVEventSubscriber
+
+    def socket_spy(ctx, *args, **kwargs):
+        made.append(("socket", args))
+        return real_socket(ctx, *args, **kwargs)
+
+    def subscriber_spy(*args, **kwargs):
+        made.append(("subscriber", args))
+        return real_subscriber(*args, **kwargs)
+    monkeypatch.setattr(zmq.Context, "socket", socket_spy)
+    monkeypatch.setattr(watch, "KVEventSubscriber", subscriber_spy)
+    return made
+
+
+@pytest.mark.parametrize("endpoint, listen, setting", REFUSED_BY_DEFAULT)
+def test_the_check_refuses_what_a_hosted_server_does_not_allow(endpoint, listen, setting,
+                                                               sockets_made):
+    from app.hosting import WatchNotAllowed, check_watch_allowed
+    with pytest.raises(WatchNotAllowed) as e:
+        check_watch_allowed(endpoint, bind=listen)
+    message = str(e.value)
+    assert f"the endpoint {endpoint!r}" in message and setting in message   # the API's words
+    assert ("bind=True (binding it on this server) is off" in message) == listen
+    assert sockets_made == []
+
+
+def test_the_operators_settings_allow_them(monkeypatch):
+    from app.hosting import WatchNotAllowed, check_watch_allowed
+    # the default: a local vllm serve, its replay socket, and its ranks' ports (5557 + rank)
+    assert check_watch_allowed(" tcp://localhost:5557 ", "tcp://localhost:5558") == (
+        "tcp://localhost:5557", "tcp://localhost:5558")
+    assert check_watch_allowed("tcp://127.0.0.1:5557", "tcp://127.0.0.1:6557",
+                               data_parallel_size=8)[1] == "tcp://127.0.0.1:6557"
+    with pytest.raises(WatchNotAllowed, match="with data_parallel_size 9 it also watches "
+                                              "tcp://127.0.0.1:5565, which is not on"):
+        check_watch_allowed("tcp://127.0.0.1:5557", data_parallel_size=9)
+    with pytest.raises(WatchNotAllowed, match="the replay_endpoint 'tcp://10.0.0.1:5558'"):
+        check_watch_allowed("tcp://127.0.0.1:5557", "tcp://10.0.0.1:5558")
+    allow(monkeypatch, "tcp://10.0.0.1:5557")                     # an allowlisted endpoint
+    assert check_watch_allowed("tcp://10.0.0.1:5557")[0] == "tcp://10.0.0.1:5557"
+    with pytest.raises(WatchNotAllowed, match="tcp://10.0.0.2:5557 in PAGED_LAB"):
+        check_watch_allowed("tcp://10.0.0.2:5557")
+    monkeypatch.setenv("PAGED_LAB_WATCH_LISTEN", "1")             # Listen on, but not listed
+    with pytest.raises(WatchNotAllowed) as e:
+        check_watch_allowed("tcp://*:6000", bind=True)
+    assert "PAGED_LAB_WATCH_LISTEN" not in str(e.value)
+    assert "tcp://*:6000 in PAGED_LAB_WATCH_ENDPOINTS" in str(e.value)
+    allow(monkeypatch, "*")                                       # one user on their own machine
+    assert check_watch_allowed("tcp://10.0.0.1:5557")[0] == "tcp://10.0.0.1:5557"
+    assert check_watch_allowed("tcp://*:6000", bind=True)[0] == "tcp://*:6000"
+    with pytest.raises(WatchNotAllowed, match="PAGED_LAB_WATCH_IPC=1") as e:
+        check_watch_allowed("ipc:///etc/x")                       # `*` does not turn ipc on
+    assert "PAGED_LAB_WATCH_ENDPOINTS" not in str(e.value)
+    monkeypatch.setenv("PAGED_LAB_WATCH_IPC", "1")
+    assert check_watch_allowed("ipc:///etc/x")[0] == "ipc:///etc/x"
+    monkeypatch.setenv("PAGED_LAB_WATCH_IPC", "yes")
+    with pytest.raises(ValueError, match="PAGED_LAB_WATCH_IPC must be 0 or 1, got 'yes'"):
+        check_watch_allowed("ipc:///etc/x")
+
+
+@pytest.mark.parametrize("endpoint, listen, setting", REFUSED_BY_DEFAULT)
+def test_the_page_refuses_them_before_any_socket_exists(endpoint, listen, setting, page,
+                                                        sockets_made):
+    page.text_input(key="w_kv_endpoint").input(endpoint)
+    page.checkbox(key="w_kv_bind").set_value(listen)
+    page.button(key="kv_connect_btn").click().run()
+    assert not page.exception
+    assert len(page.error) == 1
+    message = page.error[0].value.replace("\\*", "*")     # markdown's escape, as the page shows it
+    assert message.startswith(f"Cannot watch: this server does not let sessions watch the "
+                              f"Endpoint {endpoint!r}")                   # the page's words
+    assert setting in message
+    assert ("Listen (binding it on this server) is off" in message) == listen
+    assert "kv_watch" not in page.session_state and sockets_made == []
+
+
+def test_listening_on_an_ipc_file_is_refused_and_creates_no_file(page, sockets_made, tmp_path,
+                                                                 monkeypatch):
+    path = tmp_path / "kv.sock"
+    page.text_input(key="w_kv_endpoint").input(f"ipc://{path}")
+    page.checkbox(key="w_kv_bind").check()
+    page.button(key="kv_connect_btn").click().run()
+    message = page.error[0].value
+    assert "PAGED_LAB_WATCH_IPC=1 and PAGED_LAB_WATCH_LISTEN=1" in message
+    assert not path.exists() and sockets_made == []
+    # the operator allows it: the same click binds the file
+    for name in ("PAGED_LAB_WATCH_IPC", "PAGED_LAB_WATCH_LISTEN"):
+        monkeypatch.setenv(name, "1")
+    allow(monkeypatch, f"ipc://{path}")
+    page.button(key="kv_connect_btn").click().run()
+    assert not page.error and path.exists()
+    assert page.session_state["kv_watch"].subscriber.bind
+
+
+def test_the_page_watches_what_the_operator_allows(page, monkeypatch):
+    port = free_port()
+    allow(monkeypatch, f"tcp://127.0.0.1:{port}")
+    connect(page, f"tcp://127.0.0.1:{port}")
+    assert page.session_state["kv_watch"].subscriber.endpoint == f"tcp://127.0.0.1:{port}"
+    allow(monkeypatch, "*")
+    connect(page, f"tcp://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("PAGED_LAB_WATCH_LISTEN", "1")
+    page.checkbox(key="w_kv_bind").check()
+    connect(page, f"tcp://127.0.0.1:{free_port()}")
+    assert page.session_state["kv_watch"].subscriber.bind
+    assert "listening on" in page.caption[0].value
+
+
+# ---- one subscription per session, released with the session -------------------------------
+@pytest.fixture
+def lab_page(monkeypatch):
+    """The Watch view in a session that has a lab (the page always has one): no engine needed."""
+    from app.scenarios import DEFAULT_SCENARIO, preset
+    from app.state import Lab
+    allow(monkeypatch, "*")
+    lab = Lab(preset(DEFAULT_SCENARIO))
+    at = AppTest.from_function(watch_page, default_timeout=30)
+    at.session_state["lab"] = lab
+    at.run()
+    assert not at.exception
+    yield at, lab
+    if lab.watch is not None:
+        lab.watch.close()
+
+
+def test_a_session_holds_one_subscription(lab_page, monkeypatch):
+    from app.views import watch
+    at, lab = lab_page
+    made = []
+    real = watch.KVEventSubscriber
+    monkeypatch.setattr(watch, "KVEventSubscriber",
+                        lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    for _ in range(3):
+        connect(at, f"tcp://127.0.0.1:{free_port()}")
+    assert [s.closed for s in made] == [True, True, False]    # each Connect closed the one before
+    assert at.session_state["kv_watch"].subscriber is made[-1] and lab.watch.subscriber is made[-1]
+    at.text_input(key="w_kv_endpoint").input("tcp://127.0.0.1:99999")
+    at.button(key="kv_connect_btn").click().run()             # refused: and the old one is closed
+    assert "port 99999" in at.error[0].value
+    assert made[-1].closed and lab.watch is None and "kv_watch" not in at.session_state
+    connect(at, f"tcp://127.0.0.1:{free_port()}")
+    at.button(key="kv_disconnect_btn").click().run()
+    assert made[-1].closed and lab.watch is None and len(made) == 4
+
+
+def test_an_idle_sessions_subscription_is_closed_with_its_engine(lab_page, monkeypatch):
+    from app.state import release_idle_labs
+    at, lab = lab_page
+    monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "1")
+    connect(at, f"tcp://127.0.0.1:{free_port()}")
+    sub = lab.watch.subscriber
+    assert release_idle_labs(now=lab.last_active + 30, labs=[lab]) == 0 and not sub.closed
+    assert release_idle_labs(now=lab.last_active + 61, labs=[lab]) == 1
+    assert sub.closed and lab.watch is None
+    at.run()                                                  # the tab says why
+    assert "kv_watch" not in at.session_state
+    assert any("Not watching" in i.value for i in at.info)
+    assert "idle for more than 1 minute," in at.warning[0].value
+    connect(at, f"tcp://127.0.0.1:{free_port()}")             # Connect again: a new one
+    assert not lab.watch.subscriber.closed and not at.warning
+
+
+def test_a_disconnected_sessions_subscription_is_closed_after_the_window(lab_page, monkeypatch):
+    from app.state import release_idle_labs
+    at, lab = lab_page
+    monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "0")         # only the disconnection counts
+    connect(at, f"tcp://127.0.0.1:{free_port()}")
+    sub = lab.watch.subscriber
+    lab.session_id = "gone"
+    t = time.monotonic()
+    sweep = lambda now: release_idle_labs(now=now, labs=[lab],  # noqa: E731
+                                          is_connected=lambda sid: False, disconnected_s=30)
+    assert sweep(t + 1) == 0 and sweep(t + 20) == 0 and not sub.closed
+    assert sweep(t + 32) == 1 and sub.closed and lab.watch is None
+    lab.session_id = None                  # not a session the process's own sweeper may sweep
+    at.run()
+    assert "disconnected from the server for too long" in at.warning[0].value
+
+
+def test_the_sweeper_closes_a_subscription_while_the_view_polls_it():
+    """Lab.release runs in the sweeper's thread: closing waits for a receive in progress
+    (ZeroMQ sockets are not thread-safe), and a receive after it gets nothing."""
+    import threading
+    from engine.kv_events.subscriber import KVEventSubscriber
+    sub = KVEventSubscriber(f"tcp://127.0.0.1:{free_port()}")
+    got = []
+    polling = threading.Thread(target=lambda: got.append(sub.receive(timeout_s=0.5)))
+    polling.start()
+    time.sleep(0.1)
+    sub.close()                                               # waits for the receive to end
+    assert not polling.is_alive() and got == [[]] and sub.closed
+    assert sub.receive(timeout_s=0.1) == []
