@@ -6,9 +6,13 @@ and this measures the server alone.
 Per level N (a fresh server, or ``--processes 2``: two behind HAProxy with deploy/haproxy.cfg):
 1. warm-up: one session steps every preset to its end, so what a process does once (imports,
    Plotly's classes, the heap's first growth) is not counted as the students'; RSS "before";
-2. join: the N sessions start at random moments within ``--join`` seconds (2); each fetches the
-   page (``GET /``, as a browser does first: it also carries HAProxy's cookie) and runs it once:
-   session start -> first page's ``script_finished``;
+2. join: the N sessions start at random moments within ``--join`` seconds (2); each makes a
+   first visit as a browser with nothing cached does: ``GET /`` (which also carries HAProxy's
+   cookie), then every other request a real Chromium made on its first visit to this server
+   (recorded once per level with deploy/checks/browser.py: scripts, styles, fonts, health and
+   host config; 6 at a time, Chromium's limit per host) while the page runs once over the
+   websocket: session start -> the last of those and the first run's ``script_finished``
+   (``--assets none``: the websocket only, as for a browser with everything cached);
 3. each picks a preset (round robin over the scenarios), then clicks Step every ``--period``
    seconds (2, with +-25 % jitter) for ``--duration`` seconds (180). A click due while the
    previous one is still served waits for it (the page's click queue, app/views/assets/
@@ -19,8 +23,8 @@ Per level N (a fresh server, or ``--processes 2``: two behind HAProxy with deplo
    cross-talk; a click whose run does not show one step more is lost;
 5. the sessions leave (websockets closed); RSS is read ``--settle`` seconds later (60).
 
-Server CPU from /proc (all server processes), over the clicking phase and over the join; RSS
-summed over the server processes. The client's own CPU is printed too (it shares the machine).
+Server CPU from /proc (the Streamlit processes and HAProxy), over the clicking phase and over
+the join; RSS summed over the Streamlit processes. The client's own CPU is printed too (it shares the machine).
 
 Usage: python deploy/checks/class_load.py [--sessions 1 10 30 60 100] [--period 2]
        [--duration 180] [--processes 1|2] [--out NAME]
@@ -101,7 +105,9 @@ class Servers:
         return f"http://127.0.0.1:{port}"
 
     def cpu(self) -> float:
-        return sum(cpu_seconds(p.pid) for p in self.procs)
+        """CPU seconds of the Streamlit processes and HAProxy (the server side, all of it)."""
+        return sum(cpu_seconds(p.pid) for p in self.procs + ([self.haproxy] if self.haproxy
+                                                              else []))
 
     def rss(self) -> float:
         return sum(rss_mib(p.pid) for p in self.procs)
@@ -142,11 +148,56 @@ def page_cookie(url: str) -> str:
     return "; ".join(c.split(";", 1)[0] for c in cookies)
 
 
+async def first_visit_paths(url: str) -> list[str]:
+    """The paths a fresh Chromium context requests from the server on its first visit, until
+    the page shows step 0 with the pool drawn (the document and the websocket left out)."""
+    from playwright.async_api import async_playwright
+
+    from deploy.checks.browser import fresh_page, launch, wait_shown
+    paths: list[str] = []
+
+    def seen(request) -> None:
+        if (request.method == "GET" and request.url.startswith(url)
+                and request.resource_type not in ("document", "websocket")):
+            paths.append(request.url[len(url):])
+    async with async_playwright() as p:
+        browser = await launch(p)
+        ctx, page = await fresh_page(browser)
+        page.on("request", seen)
+        await page.goto(url)
+        await wait_shown(page, 0)
+        await ctx.close()
+        await browser.close()
+    return paths
+
+
+CHROMIUM_HEADERS = {"Accept-Encoding": "gzip, deflate, br, zstd"}
+
+
+async def fetch_all(url: str, paths: list[str], cookie: str) -> int:
+    """GET every path, 6 at a time on kept-alive connections (Chromium's limit per host over
+    HTTP/1.1); the bytes received. A status other than 200 raises."""
+    import aiohttp
+    headers = dict(CHROMIUM_HEADERS, **({"Cookie": cookie} if cookie else {}))
+    got = 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=6),
+                                     headers=headers, auto_decompress=False) as http:
+        async def one(path: str) -> None:
+            nonlocal got
+            async with http.get(url + path) as r:
+                body = await r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"GET {path}: HTTP {r.status}")
+                got += len(body)
+        await asyncio.gather(*(one(p) for p in paths))
+    return got
+
+
 class Student:
     """One simulated session and what it measured."""
 
-    def __init__(self, url: str, label: str):
-        self.url, self.label = url, label
+    def __init__(self, url: str, label: str, assets: list[str]):
+        self.url, self.label, self.assets = url, label, assets
         self.first_page: float | None = None
         self.latencies: list[float] = []
         self.errors: list[str] = []
@@ -174,7 +225,8 @@ class Student:
         try:
             cookie = await asyncio.to_thread(page_cookie, self.url)
             self.session = ProtocolSession(self.url, cookie=cookie)
-            run = await self.session.first_page(t0)
+            run, _ = await asyncio.gather(self.session.first_page(t0),
+                                          fetch_all(self.url, self.assets, cookie))
             self.first_page = time.perf_counter() - t0
             self.check(run, 0, [])
         except Exception as exc:
@@ -240,11 +292,13 @@ async def warm_up(url: str, labels: list[str], max_steps: int = 400) -> None:
 
 
 async def run_level(servers: Servers, n: int, period: float, duration: float, join: float,
-                    labels: list[str], settle: float, log) -> dict:
+                    labels: list[str], settle: float, assets: bool, log) -> dict:
     url = servers.url
     await warm_up(url, labels)
+    paths = await first_visit_paths(url) if assets else []
+    log(f"a first visit requests {len(paths)} paths besides the page and its websocket")
     rss_before = servers.rss()
-    students = [Student(url, labels[i % len(labels)]) for i in range(n)]
+    students = [Student(url, labels[i % len(labels)], paths) for i in range(n)]
     with SummedRssPeak([p.pid for p in servers.procs]) as peak:
         cpu0, client0, t0 = servers.cpu(), time.process_time(), time.perf_counter()
         await asyncio.gather(*(s.join(random.uniform(0, join)) for s in students))
@@ -267,6 +321,7 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
     served = sum(s.served for s in students)
     return {
         "sessions": n, "processes": len(servers.procs), "period_s": period,
+        "first_visit_requests": 1 + len(paths),
         "first_page_p50_s": pct(first, 0.5), "first_page_p90_s": pct(first, 0.9),
         "first_page_max_s": max(first, default=float("nan")),
         "server_cpu_s_per_first_page": join_cpu / n,
@@ -300,6 +355,9 @@ def main() -> None:
                     help="seconds after the sessions leave before RSS is read again")
     ap.add_argument("--processes", type=int, default=1, choices=(1, 2),
                     help="2: two Streamlit processes behind HAProxy (deploy/haproxy.cfg)")
+    ap.add_argument("--assets", choices=("browser", "none"), default="browser",
+                    help="browser: each first page also makes the requests a fresh Chromium "
+                         "made (nothing cached); none: the websocket only")
     ap.add_argument("--out", default="class_load", help="deploy/results/<out>.json/.csv")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
@@ -312,7 +370,7 @@ def main() -> None:
     for n in args.sessions:
         with Servers(args.processes, {}) as servers:
             row = asyncio.run(run_level(servers, n, args.period, args.duration, args.join,
-                                        labels, args.settle, log))
+                                        labels, args.settle, args.assets == "browser", log))
         rows.append(row)
         shown = {k: v for k, v in row.items() if k != "first_errors"}
         print(pd.DataFrame([shown]).to_string(index=False, float_format=lambda v: f"{v:.3f}"),

@@ -1,0 +1,85 @@
+"""The protocol-level load client (deploy/checks/protocol_session.py, class_load.py): real
+sessions of a real `streamlit run app`, driven over Streamlit's websocket with its own protobuf
+messages, and checked against Chromium (deploy/checks/protocol_validation.py)."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.scenarios import SCENARIOS
+from app.screenshots import free_port, start_server, stop_server, wait_healthy
+from deploy.checks.protocol_session import ProtocolSession, RunSeen
+from tests.app.conftest import MODEL, browser_missing, needs_model
+
+pytestmark = needs_model
+MIXED, PARALLEL = SCENARIOS["mixed"].label, SCENARIOS["parallel"].label
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = free_port()
+    proc = start_server(port, MODEL, str(tmp_path_factory.mktemp("streamlit") / "server.log"))
+    try:
+        wait_healthy(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_server(proc)
+
+
+def test_two_sessions_over_the_websocket_each_see_only_their_own_run(server):
+    async def both():
+        async with ProtocolSession(server) as a, ProtocolSession(server) as b:
+            first = await a.first_page()
+            await b.first_page()
+            assert first.status == "FINISHED_SUCCESSFULLY" and first.step == 0
+            assert a.session_id and a.session_id != b.session_id
+            assert MIXED in (await a.choose("w_scenario", MIXED)).headings
+            assert PARALLEL in (await b.choose("w_scenario", PARALLEL)).headings
+            runs = {"a": [], "b": []}
+            for who, s in [("a", a)] * 3 + [("b", b)] * 5 + [("a", a)]:
+                runs[who].append(await s.click("step_btn"))
+            return runs
+    runs = asyncio.run(both())
+    for who, label, steps in (("a", MIXED, 4), ("b", PARALLEL, 5)):
+        last = runs[who][-1]
+        # a click reruns only the main view (a fragment), with its heading, marker and figures
+        assert last.status == "FINISHED_FRAGMENT_RUN_SUCCESSFULLY"
+        assert [r.step for r in runs[who]] == list(range(1, steps + 1))
+        assert last.headings == [label] and last.pool_step == steps
+        assert not any(r.exceptions for r in runs[who])
+
+
+def test_a_run_from_another_session_counts_as_cross_talk():
+    from deploy.checks.class_load import Student
+    s = Student("http://127.0.0.1:1", MIXED, [])
+    s.check(RunSeen(texts=["rendered step 3"], headings=[MIXED]), 3, [MIXED, PARALLEL])
+    assert s.cross_talk == [] and s.errors == []
+    s.check(RunSeen(texts=["rendered step 7"], headings=[PARALLEL]), 3, [MIXED, PARALLEL])
+    assert len(s.cross_talk) == 2          # another step, and another session's scenario
+    s.check(RunSeen(exceptions=["ValueError: x"]), None, [])
+    assert s.errors == ["ValueError: x"]
+
+
+def test_a_short_class_runs_clean():
+    """Three protocol students join, pick presets and click for a few seconds: every click is
+    served and shows one more step (the load check's own harness, end to end)."""
+    from deploy.checks.class_load import Servers, run_level
+    labels = [s.label for s in SCENARIOS.values()]
+    with Servers(1, {}) as servers:
+        row = asyncio.run(run_level(servers, 3, period=0.5, duration=5, join=1, labels=labels,
+                                    settle=0, assets=False, log=lambda *a: None))
+    assert row["errors"] == 0 and row["cross_talk"] == 0 and row["lost"] == 0, row
+    assert row["served"] == row["clicks"] > 10
+    assert row["first_page_p90_s"] > 0 and row["server_cpu_s_per_click"] > 0
+
+
+@pytest.mark.skipif(bool(browser_missing()), reason=browser_missing() or "")
+def test_the_protocol_client_sees_what_chromium_shows(server):
+    """The same clicks in Chromium and over the protocol: the same step counter and the same
+    data in both figures of the Memory tab."""
+    from deploy.checks.protocol_validation import validate
+    browser, protocol, differences = validate(server, MIXED, 8)
+    assert browser["step"] == protocol["step"] == 8
+    assert len(browser["figures"]) == 2
+    assert differences == []
