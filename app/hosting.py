@@ -24,10 +24,13 @@ limits with environment variables (read on every check, so a test can monkeypatc
                                    0 = never. Default 30.
 ``PAGED_LAB_DISCONNECTED_SECONDS`` a session whose browser went away (tab closed, connection
                                    lost) keeps its engine and history this long, then they are
-                                   released like an idle session's. 0 = until idle. Default:
-                                   Streamlit's reconnect window, ``server.disconnectedSessionTTL``
-                                   (120 s), within which a returning browser gets the same
-                                   session back.
+                                   released like an idle session's. 0 = until idle. Default 30
+                                   (or Streamlit's reconnect window,
+                                   ``server.disconnectedSessionTTL``, if shorter): a dropped
+                                   connection that comes back within it continues where it was,
+                                   and a class that leaves gives its memory back within a minute
+                                   (the sweeper looks every 15 s; docs/hosting.md, "A class of
+                                   100").
 ``PAGED_LAB_TORCH_THREADS``        threads torch may use for one engine step. Default 1: the
                                    sessions' steps already run side by side, and on 2 cores a
                                    second thread per tiny step cost more CPU than it saved
@@ -76,7 +79,7 @@ DEFAULT_MAX_CHECKPOINT_MB = 1024
 DEFAULT_MAX_KV_MB = 64
 DEFAULT_MAX_TRACE_SNAPSHOTS = 2000
 DEFAULT_IDLE_MINUTES = 30
-DEFAULT_DISCONNECTED_SECONDS = 120.0     # Streamlit's server.disconnectedSessionTTL default
+DEFAULT_DISCONNECTED_SECONDS = 30.0      # at most; Streamlit's reconnect window is 120 s
 MiB = 1024 * 1024
 # a local `vllm serve`'s KV event sockets: live on 5557 + rank, replay on 5558 (one rank, as in
 # the README) or 6557 + rank (the docs' base for several ranks), for up to 8 ranks
@@ -139,13 +142,14 @@ def idle_seconds() -> float | None:
 
 def disconnected_seconds() -> float | None:
     """How long a session whose browser went away keeps its engine and history; None = until
-    it is idle (``PAGED_LAB_DISCONNECTED_SECONDS=0``). Default: Streamlit's own reconnect
-    window, ``server.disconnectedSessionTTL`` (120 s), within which a student whose connection
-    dropped gets the same session back."""
+    it is idle (``PAGED_LAB_DISCONNECTED_SECONDS=0``). Default 30 s, or Streamlit's own
+    reconnect window (``server.disconnectedSessionTTL``, 120 s) if that is shorter: a session
+    Streamlit has dropped cannot come back, and 30 s covers a dropped connection's reconnect
+    while a class's memory comes back within a minute of it leaving."""
     default = DEFAULT_DISCONNECTED_SECONDS
     try:
         import streamlit as st
-        default = float(st.get_option("server.disconnectedSessionTTL"))
+        default = min(default, float(st.get_option("server.disconnectedSessionTTL")))
     except Exception:                    # no Streamlit config here (engine-only use)
         pass
     seconds = _number("PAGED_LAB_DISCONNECTED_SECONDS", default, allow_zero=True)

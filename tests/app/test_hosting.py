@@ -447,10 +447,16 @@ def test_a_tab_that_came_back_is_not_released_by_a_stale_reading(monkeypatch):
     assert release_idle_labs(now=1041.0, labs=[lab], is_connected=lambda sid: False) == 1
 
 
-def test_the_reconnect_window_defaults_to_streamlits(monkeypatch):
+def test_a_gone_tab_keeps_its_lab_30_s_or_streamlits_window_if_shorter(monkeypatch):
     import streamlit as st
     monkeypatch.delenv("PAGED_LAB_DISCONNECTED_SECONDS", raising=False)
-    assert hosting.disconnected_seconds() == float(st.get_option("server.disconnectedSessionTTL"))
+    assert st.get_option("server.disconnectedSessionTTL") == 120
+    assert hosting.disconnected_seconds() == 30.0
+    st.config.set_option("server.disconnectedSessionTTL", 10)
+    try:
+        assert hosting.disconnected_seconds() == 10.0
+    finally:
+        st.config.set_option("server.disconnectedSessionTTL", 120)
     monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "soon")
     with pytest.raises(ValueError, match="PAGED_LAB_DISCONNECTED_SECONDS"):
         hosting.disconnected_seconds()
