@@ -83,3 +83,11 @@ def test_the_protocol_client_sees_what_chromium_shows(server):
     assert browser["step"] == protocol["step"] == 8
     assert len(browser["figures"]) == 2
     assert differences == []
+
+
+def test_a_first_visits_requests_are_fetched_and_a_missing_one_is_an_error(server):
+    from deploy.checks.class_load import fetch_all
+    paths = ["/_stcore/health", "/favicon.png", "/_stcore/host-config"] * 3
+    assert asyncio.run(fetch_all(server, paths, cookie="")) > 1000
+    with pytest.raises(RuntimeError, match="HTTP 404"):
+        asyncio.run(fetch_all(server, ["/media/no-such-file.png"], cookie=""))
