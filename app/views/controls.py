@@ -76,7 +76,10 @@ def draw(lab: Lab) -> None:
     # clicked over and over with the mouse resting on them, and Streamlit draws a tooltip
     # afresh after every rerun under a resting mouse (one session, measured once: ~0.06 s more
     # Chromium CPU per click; README "What a Step click costs").
-    c = st.columns([1.1, 1, 0.9, 1.2, 1.2, 1, 1.1, 1.2])
+    # one horizontal container, not 8 columns: the same row in 9 elements instead of 17, and
+    # every element is resent on every Step (docs/hosting.md, "A class of 100")
+    row = st.container(horizontal=True, gap="small")
+    c = [row] * 8
     c[0].button("⟲ Reset", width="stretch", disabled=lab.replaying, key="reset_btn",
                 on_click=_on_reset, help="rebuild the engine from the applied settings (key: r)")
     # Step walks forward through the recorded history while an older step is shown, and

@@ -108,9 +108,9 @@ def step_text(shown: Shown, compact: bool = False) -> None:
     if compact:
         st.caption(" · ".join(f"{m.label} **{m.value}**" for m in metrics.metrics(shown.snap)))
         return
-    shown_metrics = metrics.metrics(shown.snap)
-    for col, m in zip(st.columns(len(shown_metrics)), shown_metrics):
-        col.metric(m.label, m.value, help=m.help)
+    row = st.container(horizontal=True, gap="small")    # not columns: fewer elements
+    for m in metrics.metrics(shown.snap):
+        row.metric(m.label, m.value, help=m.help, width="stretch")
 
 
 def step_view(lab: Lab) -> None:
