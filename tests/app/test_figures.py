@@ -287,7 +287,8 @@ def test_every_step_figure_passes_plotlys_validation():
         lab = Lab.create(key)
         while True:
             snap = lab.current()
-            for fig in (pool_figure(snap, lab.decode), block_table_figure(snap, lab.decode)):
+            for fig in (pool_figure(snap, lab.decode), block_table_figure(snap, lab.decode),
+                        cow_figure(snap, lab.previous())):
                 go.Figure(fig.to_dict())               # validates; raises ValueError if not
                 checked += 1
             if lab.finished or not lab.step():
