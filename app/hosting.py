@@ -29,7 +29,7 @@ limits with environment variables (read on every check, so a test can monkeypatc
                                    ``server.disconnectedSessionTTL``, if shorter): a dropped
                                    connection that comes back within it continues where it was,
                                    and a class that leaves gives its memory back within a minute
-                                   (the sweeper looks every 15 s; docs/hosting.md, "A class of
+                                   (the sweeper looks every 5 s; docs/hosting.md, "A class of
                                    100").
 ``PAGED_LAB_TORCH_THREADS``        threads torch may use for one engine step. Default 1: the
                                    sessions' steps already run side by side, and on 2 cores a

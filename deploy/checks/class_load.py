@@ -23,7 +23,8 @@ Per level N (a fresh server, or ``--processes 2``: two behind HAProxy with deplo
    cross-talk; a click whose run does not show one step more is lost;
 5. the sessions leave (websockets closed); RSS is read ``--settle`` seconds later (60).
 
-Server CPU from /proc (the Streamlit processes and HAProxy), over the clicking phase and over
+The Streamlit processes run as deploy/run_class.sh runs them (MALLOC_ARENA_MAX=2; other
+settings with ``--server-env``). Server CPU from /proc (the Streamlit processes and HAProxy), over the clicking phase and over
 the join; RSS summed over the Streamlit processes. The client's own CPU is printed too (it shares the machine).
 
 Usage: python deploy/checks/class_load.py [--sessions 1 10 30 60 100] [--period 2]
@@ -331,8 +332,12 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
         rss_peak = peak.peak
     await asyncio.gather(*(s.leave() for s in students))
     log(f"left; reading RSS in {settle:.0f} s")
-    await asyncio.sleep(settle)
+    left, rss_trace = time.perf_counter(), []          # (seconds after leaving, MiB)
+    while (waited := time.perf_counter() - left) < settle:
+        rss_trace.append((round(waited, 1), round(servers.rss(), 1)))
+        await asyncio.sleep(min(5.0, settle - waited))
     rss_after = servers.rss()
+    rss_trace.append((round(time.perf_counter() - left, 1), round(rss_after, 1)))
     first = [s.first_page for s in students if s.first_page is not None]
     lat = [x for s in students for x in s.latencies]
     served = sum(s.served for s in students)
@@ -359,6 +364,7 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
         "rss_after_mib": rss_after,
         "rss_after_vs_before_%": 100 * (rss_after - rss_before) / rss_before,
         "first_errors": [e for s in students for e in s.errors + s.cross_talk][:5],
+        "rss_trace": rss_trace,
     }
 
 
@@ -376,6 +382,8 @@ def main() -> None:
     ap.add_argument("--assets", choices=("browser", "none"), default="browser",
                     help="browser: each first page also makes the requests a fresh Chromium "
                          "made (nothing cached); none: the websocket only")
+    ap.add_argument("--server-env", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="extra environment for the Streamlit processes")
     ap.add_argument("--out", default="class_load", help="deploy/results/<out>.json/.csv")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
@@ -386,16 +394,19 @@ def main() -> None:
     log = print if args.verbose else (lambda *a: None)
     rows = []
     for n in args.sessions:
-        with Servers(args.processes, {}) as servers:
+        # as deploy/run_class.sh runs them (MALLOC_ARENA_MAX=2: app/state.py limit_heap_arenas)
+        env = {"MALLOC_ARENA_MAX": "2", **dict(kv.split("=", 1) for kv in args.server_env)}
+        with Servers(args.processes, env) as servers:
             row = asyncio.run(run_level(servers, n, args.period, args.duration, args.join,
                                         labels, args.settle, args.assets == "browser", log))
         rows.append(row)
-        shown = {k: v for k, v in row.items() if k != "first_errors"}
+        shown = {k: v for k, v in row.items() if k not in ("first_errors", "rss_trace")}
         print(pd.DataFrame([shown]).to_string(index=False, float_format=lambda v: f"{v:.3f}"),
               flush=True)
         for e in row["first_errors"]:
             print("  ", e)
-    table = pd.DataFrame([{k: v for k, v in r.items() if k != "first_errors"} for r in rows])
+    table = pd.DataFrame([{k: v for k, v in r.items() if k not in ("first_errors", "rss_trace")}
+                          for r in rows])
     print("\n" + table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     write_results(args.out, {"rows": rows, "args": vars(args)}, table)
 
