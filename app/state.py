@@ -524,6 +524,20 @@ def limit_heap_arenas() -> None:
 
 
 _arenas_limited = False
+_frozen = False
+
+
+def freeze_long_lived() -> None:
+    """Once per process, after the first lab is built (the model loaded, every module
+    imported): move every object tracked by Python's cycle collector to its permanent
+    generation (``gc.freeze``). A full collection then walks only what came after: with the
+    server's ~440k start-up objects it took ~290 ms, holding every session of the process
+    (measured in-process), and under a class's clicks it ran every few seconds. Frozen objects
+    are still freed by reference counting; only cycles among them are never collected."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.freeze()
 
 
 _sweeper: threading.Thread | None = None

@@ -56,6 +56,7 @@ def get_lab() -> Lab:
         lab.session_id = ctx.session_id if ctx else None
         st.session_state.lab = lab
         show_settings(lab.settings)
+        state.freeze_long_lived()        # once per process (the model is loaded now)
     lab = st.session_state.lab
     with lab.in_use():                   # touched first: the sweep below never takes this one
         try:
