@@ -111,7 +111,7 @@ class ProtocolSession:
         t0 = time.perf_counter() if t0 is None else t0
         headers = {"Cookie": self.cookie} if self.cookie else None
         self._ws = await connect(self.ws_url, subprotocols=["streamlit"], max_size=None,
-                                 compression=None, open_timeout=self.timeout,
+                                 open_timeout=self.timeout,
                                  additional_headers=headers)
         self._reader = asyncio.create_task(self._read())
         return await self._rerun(BackMsg(), t0)
