@@ -6,7 +6,8 @@ What the browser's frontend does, and this class does the same (Streamlit 1.67's
 ``frontend/lib/src/WidgetStateManager.ts`` and ``App.tsx``; the server side is
 ``streamlit/web/server/starlette/starlette_websocket.py`` and ``runtime/app_session.py``):
 
-- it opens the websocket with the subprotocol ``streamlit`` and asks for a first run: a
+- it opens the websocket with the subprotocol ``streamlit`` (offering permessage-deflate, which
+  Streamlit declines by default) and asks for a first run: a
   ``BackMsg.rerun_script`` with an empty ``ClientState``;
 - the server answers with ``new_session``, the run's ``delta``s (one ``Element`` each, at a
   ``delta_path``) and ``script_finished``;
