@@ -3,7 +3,8 @@ each a websocket speaking Streamlit's own messages (deploy/checks/protocol_sessi
 browser. In a class every student brings their own browser; what the host sizes is the server,
 and this measures the server alone.
 
-Per level N (a fresh server, or ``--processes 2``: two behind HAProxy with deploy/haproxy.cfg):
+Per level N (a fresh server, or ``--processes 2``: two behind HAProxy with deploy/haproxy.cfg;
+more than two: a copy of it with server lines added):
 1. warm-up: one session steps every preset to its end, so what a process does once (imports,
    Plotly's classes, the heap's first growth) is not counted as the students'; RSS "before";
 2. join: the N sessions start at random moments within ``--join`` seconds (2); each makes a
@@ -28,7 +29,7 @@ settings with ``--server-env``). Server CPU from /proc (the Streamlit processes 
 the join; RSS summed over the Streamlit processes. The client's own CPU is printed too (it shares the machine).
 
 Usage: python deploy/checks/class_load.py [--sessions 1 10 30 60 100] [--period 2]
-       [--duration 180] [--processes 1|2] [--out NAME]
+       [--duration 180] [--processes 1|2|3...] [--out NAME]
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -62,13 +64,14 @@ class Servers:
         from app.screenshots import free_port
         self.tmp = tempfile.mkdtemp(prefix="paged-lab-class-")
         self.env, self.procs, self.haproxy = env, [], None
+        self.cfg = CFG
         if processes == 1:
             self.ports = [free_port()]
         else:
             from deploy.checks.proxy_check import read_config
             self.ports = [s["port"] for s in read_config(CFG)[1]][:processes]
-            if len(self.ports) < processes:
-                raise SystemExit(f"deploy/haproxy.cfg has {len(self.ports)} server lines")
+            if len(self.ports) < processes:               # more than deploy/ ships: a copy
+                self.cfg, self.ports = more_servers(CFG, processes, Path(self.tmp))
             self.front = free_port()
 
     def __enter__(self) -> "Servers":
@@ -88,7 +91,7 @@ class Servers:
                 raise SystemExit("haproxy not found: apt-get install haproxy")
             bind = {"PAGED_LAB_PROXY_BIND": f"127.0.0.1:{self.front}",
                     "PAGED_LAB_STATS_BIND": f"127.0.0.1:{free_port_()}"}
-            self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(CFG)],
+            self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(self.cfg)],
                                             env=dict(os.environ, **bind),
                                             stdout=open(f"{self.tmp}/haproxy.log", "w"),
                                             stderr=subprocess.STDOUT)
@@ -112,6 +115,23 @@ class Servers:
 
     def rss(self) -> float:
         return sum(rss_mib(p.pid) for p in self.procs)
+
+
+def more_servers(cfg: Path, processes: int, tmp: Path) -> tuple[Path, list[int]]:
+    """A copy of ``cfg`` with ``server`` lines added (the next ports, as its comment says
+    to add one by hand) up to ``processes``; its path and the ports."""
+    lines = cfg.read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if line.strip().startswith("server "))
+    ports = [int(p) for p in re.findall(r"^\s*server\s+\S+\s+127\.0\.0\.1:(\d+)",
+                                         cfg.read_text(), re.M)]
+    while len(ports) < processes:
+        k = len(ports) + 1
+        ports.append(ports[-1] + 1)
+        last += 1
+        lines.insert(last, f"    server st{k} 127.0.0.1:{ports[-1]} cookie st{k}")
+    path = tmp / "haproxy.cfg"
+    path.write_text("\n".join(lines) + "\n")
+    return path, ports
 
 
 def free_port_() -> int:
@@ -377,8 +397,9 @@ def main() -> None:
     ap.add_argument("--join", type=float, default=2.0, help="the sessions start within this")
     ap.add_argument("--settle", type=float, default=60.0,
                     help="seconds after the sessions leave before RSS is read again")
-    ap.add_argument("--processes", type=int, default=1, choices=(1, 2),
-                    help="2: two Streamlit processes behind HAProxy (deploy/haproxy.cfg)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="2 or more: Streamlit processes behind HAProxy (deploy/haproxy.cfg, "
+                         "with server lines added beyond its two)")
     ap.add_argument("--assets", choices=("browser", "none"), default="browser",
                     help="browser: each first page also makes the requests a fresh Chromium "
                          "made (nothing cached); none: the websocket only")

@@ -1,10 +1,11 @@
-"""The plot of a class load run (deploy/checks/class_load.py): click latency (p50 and p90,
-and the worst click) against the number of sessions, one line per setup (one process, two
-behind HAProxy) and click period, drawn with Plotly and saved as PNG by the system Chromium
-(no plotting package beyond the page's own).
+"""The plot and the table of class load runs (deploy/checks/class_load.py): click latency
+(p50 and p90, and the worst click) against the number of sessions, one line per setup (one
+process, two behind HAProxy) and click period, drawn with Plotly and saved as PNG by the
+system Chromium (no plotting package beyond the page's own); and the runs' rows as the
+Markdown table of docs/hosting.md ("A class of 100").
 
 Usage: python deploy/checks/class_plot.py deploy/results/class_load.json [more.json ...]
-       [--png docs/class-load/click-latency.png]
+       [--png docs/class-load/click-latency.png] [--markdown]
 """
 from __future__ import annotations
 
@@ -70,13 +71,37 @@ async def save_png(fig, path: Path) -> None:
             await browser.close()
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """One line per run, the figures the issue asks for (pure)."""
+    head = ("| setup | sessions, click period | first page p50 / p90 | click p50 / p90 / max | "
+            "clicks/s served (asked) | server CPU per click / per first page | "
+            "RSS before → peak (MiB per session) → 60 s after | errors / cross-talk / lost |\n"
+            "|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        setup = "1 process" if r["processes"] == 1 else f"{r['processes']} + HAProxy"
+        lines.append(
+            f"| {setup} | {r['sessions']}, every {r['period_s']:g} s | "
+            f"{r['first_page_p50_s']:.2f} / {r['first_page_p90_s']:.2f} s | "
+            f"{r['click_p50_s']:.3f} / {r['click_p90_s']:.3f} / {r['click_max_s']:.2f} s | "
+            f"{r['clicks_per_s']:.1f} ({r['clicks_asked_per_s']:.1f}) | "
+            f"{r['server_cpu_s_per_click']:.3f} / {r['server_cpu_s_per_first_page']:.3f} s | "
+            f"{r['rss_before_mib']:.0f} → {r['rss_peak_mib']:.0f} ({r['mib_per_session']:.1f}) → "
+            f"{r['rss_after_mib']:.0f} MiB ({r['rss_after_vs_before_%']:+.1f} %) | "
+            f"{r['errors']} / {r['cross_talk']} / {r['lost']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="+", type=Path)
     ap.add_argument("--png", type=Path, default=Path("docs/class-load/click-latency.png"))
+    ap.add_argument("--markdown", action="store_true", help="also print the Markdown table")
     args = ap.parse_args()
     rows = [r for f in args.results for r in json.loads(f.read_text())["rows"]]
+    if args.markdown:
+        print(markdown_table(rows))
     asyncio.run(save_png(latency_figure(rows), args.png))
     print(f"wrote {args.png}")
 
