@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("bench", "deploy/checks")
-HELPERS = {"__init__", "common", "browser"}           # imported by the scripts, not run
+HELPERS = {"__init__", "common", "browser", "protocol_session"}   # imported by the scripts, not run
 FILES = {folder: sorted(p for p in (ROOT / folder).glob("*.py") if p.stem != "__init__")
          for folder in FOLDERS}
 SCRIPTS = [(folder, p.stem) for folder in FOLDERS for p in FILES[folder]
