@@ -52,6 +52,10 @@ for port in $ports; do          # each process loads the model before it is heal
         { echo "streamlit on port $port did not become healthy" >&2; exit 1; }
 done
 
+# each process's first session pays for its imports, the model and the first figures (~4 s
+# of CPU): one session per process does that now, before the class (deploy/warm_up.py)
+python "$here/warm_up.py" $(for port in $ports; do echo "http://127.0.0.1:$port"; done)
+
 haproxy -db -f "$cfg" &         # -db: stay in the foreground, under this script
 pids+=("$!")
 echo "PagedAttention Lab: http://$PAGED_LAB_PROXY_BIND ($(echo $ports | wc -w) processes;" \

@@ -5,8 +5,9 @@ and this measures the server alone.
 
 Per level N (a fresh server, or ``--processes 2``: two behind HAProxy with deploy/haproxy.cfg;
 more than two: a copy of it with server lines added):
-1. warm-up: one session steps every preset to its end, so what a process does once (imports,
-   Plotly's classes, the heap's first growth) is not counted as the students'; RSS "before";
+1. warm-up: in each process one session steps every preset to its end (deploy/warm_up.py, as
+   deploy/run_class.sh does before a class), so what a process does once (imports, Plotly's
+   classes, the heap's first growth) is not counted as the students'; RSS "before";
 2. join: the N sessions start at random moments within ``--join`` seconds (2); each makes a
    first visit as a browser with nothing cached does: ``GET /`` (which also carries HAProxy's
    cookie), then every other request a real Chromium made on its first visit to this server
@@ -52,6 +53,7 @@ if __package__ in (None, ""):          # python deploy/checks/X.py: make the rep
 from deploy.checks.common import (RssPeak, cpu_seconds, machine_busy_seconds, pct,  # noqa: E402
                                   rss_mib, write_results)
 from deploy.checks.protocol_session import ProtocolSession, RunSeen  # noqa: E402
+from deploy.warm_up import warm_up  # noqa: E402
 
 CFG = Path(__file__).resolve().parents[1] / "haproxy.cfg"
 JITTER = 0.25                          # a click's gap is the period +- 25 %
@@ -75,7 +77,7 @@ class Servers:
             self.front = free_port()
 
     def __enter__(self) -> "Servers":
-        from app.screenshots import start_server, wait_healthy
+        from app.screenshots import free_port, start_server, wait_healthy
         saved = dict(os.environ)
         os.environ.update(self.env)
         try:
@@ -90,7 +92,7 @@ class Servers:
             if shutil.which("haproxy") is None:
                 raise SystemExit("haproxy not found: apt-get install haproxy")
             bind = {"PAGED_LAB_PROXY_BIND": f"127.0.0.1:{self.front}",
-                    "PAGED_LAB_STATS_BIND": f"127.0.0.1:{free_port_()}"}
+                    "PAGED_LAB_STATS_BIND": f"127.0.0.1:{free_port()}"}
             self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(self.cfg)],
                                             env=dict(os.environ, **bind),
                                             stdout=open(f"{self.tmp}/haproxy.log", "w"),
@@ -132,11 +134,6 @@ def more_servers(cfg: Path, processes: int, tmp: Path) -> tuple[Path, list[int]]
     path = tmp / "haproxy.cfg"
     path.write_text("\n".join(lines) + "\n")
     return path, ports
-
-
-def free_port_() -> int:
-    from app.screenshots import free_port
-    return free_port()
 
 
 class SummedRssPeak:
@@ -237,6 +234,8 @@ class Student:
         self.url, self.label, self.assets = url, label, assets
         self.first_page: float | None = None
         self.latencies: list[float] = []
+        self.dues: list[float] = []            # when each timed click was due (perf_counter)
+        self.backend = ""                      # HAProxy's cookie value: which process serves it
         self.errors: list[str] = []
         self.cross_talk: list[str] = []
         self.clicks = self.served = self.lost = self.resets = 0
@@ -261,6 +260,7 @@ class Student:
         t0 = time.perf_counter()
         try:
             cookie = await asyncio.to_thread(page_cookie, self.url)
+            self.backend = cookie.partition("=")[2]
             self.session = ProtocolSession(self.url, cookie=cookie)
             run, _ = await asyncio.gather(self.session.first_page(t0),
                                           fetch_all(self.url, self.assets, cookie))
@@ -296,6 +296,7 @@ class Student:
                 self.clicks += 1
                 run = await self.session.click("step_btn")
                 self.latencies.append(time.perf_counter() - due)
+                self.dues.append(due)
                 self.served += 1
                 self.check(run, None, labels)
                 if run.step == self.step + 1:
@@ -316,22 +317,11 @@ class Student:
             await self.session.close()
 
 
-async def warm_up(url: str, labels: list[str], max_steps: int = 400) -> None:
-    """One session steps every preset to its end (see the module's docstring)."""
-    async with ProtocolSession(url, cookie=await asyncio.to_thread(page_cookie, url)) as s:
-        await s.first_page()
-        for label in labels:
-            await s.choose("w_scenario", label)
-            for _ in range(max_steps):
-                if s.disabled.get("step_btn"):
-                    break
-                await s.click("step_btn")
-
-
 async def run_level(servers: Servers, n: int, period: float, duration: float, join: float,
                     labels: list[str], settle: float, assets: bool, log) -> dict:
     url = servers.url
-    await warm_up(url, labels)
+    for port in servers.ports:              # every process, each on its own port
+        await warm_up(f"http://127.0.0.1:{port}")
     paths = await first_visit_paths(url) if assets else []
     log(f"a first visit requests {len(paths)} paths besides the page and its websocket")
     rss_before = servers.rss()
@@ -359,6 +349,10 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
     rss_after = servers.rss()
     rss_trace.append((round(time.perf_counter() - left, 1), round(rss_after, 1)))
     first = [s.first_page for s in students if s.first_page is not None]
+    by_window = over_time(students, t0, duration)
+    by_process = {b or "st1": [x for s in students if (s.backend or "st1") == b
+                               for x in s.latencies]
+                  for b in sorted({s.backend for s in students})}
     lat = [x for s in students for x in s.latencies]
     served = sum(s.served for s in students)
     return {
@@ -385,7 +379,21 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
         "rss_after_vs_before_%": 100 * (rss_after - rss_before) / rss_before,
         "first_errors": [e for s in students for e in s.errors + s.cross_talk][:5],
         "rss_trace": rss_trace,
+        "click_p90_by_10s": by_window,
+        "sessions_by_process": {b: sum((s.backend or "st1") == b for s in students)
+                                for b in by_process},
+        "click_p90_by_process": {b: pct(v, 0.9) for b, v in by_process.items()},
     }
+
+
+def over_time(students: list[Student], t0: float, duration: float, window: float = 10.0):
+    """Click p90 in each ``window`` seconds of the clicking phase (by when a click was due):
+    a steady queue and a passing burst give the same p90 over 3 minutes, not over time."""
+    bins: list[list[float]] = [[] for _ in range(max(1, int(duration // window) + 1))]
+    for s in students:
+        for due, lat in zip(s.dues, s.latencies):
+            bins[min(len(bins) - 1, int((due - t0) // window))].append(lat)
+    return [round(pct(b, 0.9), 3) for b in bins if b]
 
 
 def main() -> None:
@@ -421,12 +429,17 @@ def main() -> None:
             row = asyncio.run(run_level(servers, n, args.period, args.duration, args.join,
                                         labels, args.settle, args.assets == "browser", log))
         rows.append(row)
-        shown = {k: v for k, v in row.items() if k not in ("first_errors", "rss_trace")}
+        shown = {k: v for k, v in row.items() if not isinstance(v, (list, dict))}
         print(pd.DataFrame([shown]).to_string(index=False, float_format=lambda v: f"{v:.3f}"),
               flush=True)
         for e in row["first_errors"]:
             print("  ", e)
-    table = pd.DataFrame([{k: v for k, v in r.items() if k not in ("first_errors", "rss_trace")}
+        print("   click p90 per 10 s:", row["click_p90_by_10s"])
+        if len(row["sessions_by_process"]) > 1:
+            print("   sessions per process:", row["sessions_by_process"],
+                  " click p90 per process:", {b: round(v, 3) for b, v in
+                                              row["click_p90_by_process"].items()})
+    table = pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, (list, dict))}
                           for r in rows])
     print("\n" + table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     write_results(args.out, {"rows": rows, "args": vars(args)}, table)

@@ -72,6 +72,17 @@ def test_a_short_class_runs_clean():
     assert row["errors"] == 0 and row["cross_talk"] == 0 and row["lost"] == 0, row
     assert row["served"] == row["clicks"] > 10
     assert row["first_page_p90_s"] > 0 and row["server_cpu_s_per_click"] > 0
+    assert row["sessions_by_process"] == {"st1": 3}        # one process: no HAProxy cookie
+    assert len(row["click_p90_by_10s"]) == 1 and row["click_p90_by_10s"][0] > 0
+
+
+def test_click_latency_over_time_is_binned_by_when_each_click_was_due():
+    from deploy.checks.class_load import Student, over_time
+    a, b = Student("", "x", []), Student("", "y", [])
+    a.dues, a.latencies = [100.0, 105.0, 112.0], [0.1, 0.2, 3.0]
+    b.dues, b.latencies = [101.0, 125.0], [0.3, 0.4]
+    # 0-10 s: 0.1, 0.2, 0.3 -> p90 0.3; 10-20 s: 3.0; 20-30 s: 0.4
+    assert over_time([a, b], t0=100.0, duration=30.0) == [0.3, 3.0, 0.4]
 
 
 @pytest.mark.skipif(bool(browser_missing()), reason=browser_missing() or "")
