@@ -128,19 +128,21 @@ def presenter_row(lab: Lab) -> None:
     lesson picker is here too, so a class changes lessons without leaving it."""
     st.session_state.setdefault("w_speed", 1.0)
     projector = bool(st.session_state.get("w_projector"))
-    a, b, c = st.columns([2.2, 1.2, 3] if not projector else [1.6, 1, 2.4],
-                         vertical_alignment="center")
-    a.select_slider("Play speed (steps per second)", options=PLAY_SPEEDS, key="w_speed",
-                    on_change=_on_speed, label_visibility="collapsed" if projector else "visible",
-                    help="how fast Play steps; the timer restarts at the new speed")
-    b.toggle("Projector", key="w_projector", on_change=_on_projector,
-             help="hides the sidebar, puts the narration beside the figures and enlarges all "
-                  "text, figures included, for a 1280×720 projector; keys: → step, ← back, "
-                  "space play/pause, r reset")
+    # one horizontal container, not 3 columns: 4 elements instead of 7, resent on every Step
+    row = st.container(horizontal=True, gap="medium", vertical_alignment="center")
+    row.select_slider("Play speed (steps per second)", options=PLAY_SPEEDS, key="w_speed",
+                      on_change=_on_speed, width="stretch",
+                      label_visibility="collapsed" if projector else "visible",
+                      help="how fast Play steps; the timer restarts at the new speed")
+    row.toggle("Projector", key="w_projector", on_change=_on_projector, width="content",
+               help="hides the sidebar, puts the narration beside the figures and enlarges all "
+                    "text, figures included, for a 1280×720 projector; keys: → step, ← back, "
+                    "space play/pause, r reset")
     if projector:
-        projector_lesson_choice(c)
+        projector_lesson_choice(row)
     else:
-        c.caption("Keys: **→** step · **←** back · **space** play/pause · **r** reset")
+        row.caption("Keys: **→** step · **←** back · **space** play/pause · **r** reset",
+                    width="stretch")
 
 
 EXPLORE = ""                             # the projector's lesson choice: no lesson
@@ -156,7 +158,7 @@ def projector_lesson_choice(container) -> None:
     ss = st.session_state
     current = ss.get("w_lesson") if ss.get("w_mode") == "Lessons" else EXPLORE
     ss["w_proj_lesson"] = current if current in LESSONS else EXPLORE
-    container.selectbox("Lesson", [EXPLORE, *LESSONS], key="w_proj_lesson",
+    container.selectbox("Lesson", [EXPLORE, *LESSONS], key="w_proj_lesson", width="stretch",
                         format_func=lambda k: "Explore (no lesson)" if k == EXPLORE
                         else f"Lesson {LESSONS[k].title}",
                         on_change=_on_projector_lesson, label_visibility="collapsed")
@@ -204,5 +206,5 @@ def history_slider(lab: Lab) -> None:
     st.session_state.w_hist = offset + lab.index()
     st.slider("History (step shown)", min_value=offset, max_value=offset + len(snaps) - 1,
               step=1, key="w_hist", format="%d" if base is not None else "snapshot %d",
-              on_change=_on_history, label_visibility="collapsed",
+              on_change=_on_history, label_visibility="collapsed", width="stretch",
               help="scrub through the stored snapshots")

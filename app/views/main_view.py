@@ -74,11 +74,13 @@ def _main_area(lab: Lab, timer: float | None) -> None:
     total = lab.snapshots()[-1].step
     state = ("finished" if lab.finished and not lab.replaying else
              "playing" if lab.playing else "paused")
-    info, slider = st.columns([2, 3], vertical_alignment="center")
-    info.caption(f"Step **{snap.step}** of {total} · {engine_label(snap.semantics)}"
+    # a horizontal container, not 2 columns: 3 elements instead of 5, resent on every Step
+    row = st.container(horizontal=True, gap="medium", vertical_alignment="center")
+    row.caption(f"Step **{snap.step}** of {total} · {engine_label(snap.semantics)}"
                  f" · {snap.kind} · {state} · model "
-                 f"`{snap.model}` · `{snap.backend}` · block size {snap.block_size}")
-    with slider:
+                 f"`{snap.model}` · `{snap.backend}` · block size {snap.block_size}",
+                 width="content")             # the history slider takes the rest of the row
+    with row:
         controls.history_slider(lab)
     if "failed" in snap.backend:
         st.warning(f"A Triton kernel could not run on this machine, so the torch reference ran "

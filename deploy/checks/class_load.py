@@ -317,6 +317,29 @@ class Student:
             await self.session.close()
 
 
+class LoopLag:
+    """How late the client's own event loop wakes up: a task asks to sleep 50 ms again and
+    again and records the oversleep. The client shares the machine with the servers; a click's
+    time includes the client's lateness in sending it and reading the answer, so this says how
+    much of a latency could be the client's own (a browser elsewhere would not have it)."""
+
+    def __init__(self, interval: float = 0.05):
+        self.interval, self.late, self.task = interval, [], None
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(self.interval)
+            self.late.append(time.perf_counter() - t - self.interval)
+
+    def __enter__(self) -> "LoopLag":
+        self.task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.task.cancel()
+
+
 async def run_level(servers: Servers, n: int, period: float, duration: float, join: float,
                     labels: list[str], settle: float, assets: bool, log) -> dict:
     url = servers.url
@@ -335,7 +358,9 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
         await asyncio.gather(*(s.choose(labels) for s in students))
         cpu0, client0, busy0 = servers.cpu(), time.process_time(), machine_busy_seconds()
         t0 = time.perf_counter()
-        await asyncio.gather(*(s.click_for(period, t0 + duration, labels) for s in students))
+        with LoopLag() as lag:
+            await asyncio.gather(*(s.click_for(period, t0 + duration, labels)
+                                   for s in students))
         wall = time.perf_counter() - t0
         cpu, client_cpu = servers.cpu() - cpu0, time.process_time() - client0
         busy = machine_busy_seconds() - busy0
@@ -369,6 +394,7 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
         "server_cores_busy": cpu / wall,
         "client_cpu_s_per_click": client_cpu / served if served else float("nan"),
         "machine_busy_%": 100 * busy / (wall * os.cpu_count()),
+        "client_loop_lag_p90_s": pct(lag.late, 0.9), "client_loop_lag_p99_s": pct(lag.late, 0.99),
         "clicks": sum(s.clicks for s in students), "served": served,
         "resets": sum(s.resets for s in students),
         "lost": sum(s.lost for s in students), "errors": sum(len(s.errors) for s in students),

@@ -1,11 +1,13 @@
-"""The plot and the table of class load runs (deploy/checks/class_load.py): click latency
+"""The plots and the table of class load runs (deploy/checks/class_load.py): click latency
 (p50 and p90, and the worst click) against the number of sessions, one line per setup (one
-process, two behind HAProxy) and click period, drawn with Plotly and saved as PNG by the
+process, several behind HAProxy) and click period, and the click p90 in each 10 s of the runs
+with 60 or more sessions, drawn with Plotly and saved as PNG by the
 system Chromium (no plotting package beyond the page's own); and the runs' rows as the
 Markdown table of docs/hosting.md ("A class of 100").
 
 Usage: python deploy/checks/class_plot.py deploy/results/class_load.json [more.json ...]
-       [--png docs/class-load/click-latency.png] [--markdown]
+       [--png docs/class-load/click-latency.png]
+       [--over-time-png docs/class-load/click-p90-over-time.png] [--markdown]
 """
 from __future__ import annotations
 
@@ -54,6 +56,31 @@ def latency_figure(rows: list[dict]):
     return fig
 
 
+def over_time_figure(rows: list[dict]):
+    """Click p90 in each 10 s of the clicking phase, one line per run that recorded it (pure):
+    whether a run's p90 is a steady queue or a passing burst."""
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for r in rows:
+        p90 = r.get("click_p90_by_10s")
+        if not p90:
+            continue
+        procs = "1 process" if r["processes"] == 1 else f"{r['processes']} processes + HAProxy"
+        fig.add_scatter(x=[10 * (i + 1) for i in range(len(p90))], y=p90, mode="lines+markers",
+                        name=f"{procs}, {r['sessions']} sessions every {r['period_s']:g} s "
+                             f"(p90 over the run {r['click_p90_s']:.2f} s)")
+    fig.add_scatter(x=[10, 10 * max((len(r.get("click_p90_by_10s") or []) for r in rows),
+                                    default=1)],
+                    y=[1.0, 1.0], mode="lines", name="target: p90 ≤ 1 s at 100 sessions",
+                    line=dict(color="#999", dash="dash", width=1))
+    fig.update_layout(template="plotly_white", width=900, height=520,
+                      title="Click p90 in each 10 s of the 3 minutes of clicking",
+                      xaxis_title="seconds into the clicking (end of each 10 s window)",
+                      yaxis=dict(title="seconds (log scale)", type="log"),
+                      legend=dict(orientation="h", y=-0.18), margin=dict(b=150))
+    return fig
+
+
 async def save_png(fig, path: Path) -> None:
     from playwright.async_api import async_playwright
 
@@ -97,6 +124,9 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="+", type=Path)
     ap.add_argument("--png", type=Path, default=Path("docs/class-load/click-latency.png"))
+    ap.add_argument("--over-time-png", type=Path,
+                    default=Path("docs/class-load/click-p90-over-time.png"),
+                    help="click p90 per 10 s of the runs that recorded it")
     ap.add_argument("--markdown", action="store_true", help="also print the Markdown table")
     args = ap.parse_args()
     rows = [r for f in args.results for r in json.loads(f.read_text())["rows"]]
@@ -104,6 +134,10 @@ def main() -> None:
         print(markdown_table(rows))
     asyncio.run(save_png(latency_figure(rows), args.png))
     print(f"wrote {args.png}")
+    timed = [r for r in rows if r.get("click_p90_by_10s") and r["sessions"] >= 60]
+    if timed:
+        asyncio.run(save_png(over_time_figure(timed), args.over_time_png))
+        print(f"wrote {args.over_time_png}")
 
 
 if __name__ == "__main__":

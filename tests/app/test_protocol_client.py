@@ -102,3 +102,26 @@ def test_a_first_visits_requests_are_fetched_and_a_missing_one_is_an_error(serve
     assert asyncio.run(fetch_all(server, paths, cookie="")) > 1000
     with pytest.raises(RuntimeError, match="HTTP 404"):
         asyncio.run(fetch_all(server, ["/media/no-such-file.png"], cookie=""))
+
+
+def test_the_class_plots_draw_each_run_and_the_table_has_a_line_per_run():
+    from deploy.checks.class_plot import latency_figure, markdown_table, over_time_figure
+    base = dict(period_s=2.0, first_page_p50_s=0.5, first_page_p90_s=1.0, clicks_per_s=50.0,
+                clicks_asked_per_s=50.0, server_cpu_s_per_click=0.03,
+                server_cpu_s_per_first_page=0.04, rss_before_mib=1000.0, rss_peak_mib=1100.0,
+                mib_per_session=1.0, rss_after_mib=1050.0, **{"rss_after_vs_before_%": 5.0},
+                errors=0, cross_talk=0, lost=0)
+    rows = [dict(base, processes=1, sessions=30, click_p50_s=0.03, click_p90_s=0.08,
+                 click_max_s=0.3),
+            dict(base, processes=2, sessions=100, click_p50_s=0.1, click_p90_s=0.5,
+                 click_max_s=2.5, click_p90_by_10s=[0.2, 0.9, 0.4])]
+    lat = latency_figure(rows)
+    p90 = {t.name: list(t.y) for t in lat.data if t.name.endswith(": p90")}
+    assert p90 == {"1 process, a click every 2 s: p90": [0.08],
+                   "2 processes + HAProxy, a click every 2 s: p90": [0.5]}
+    over = over_time_figure(rows)                 # the run without a time series is left out
+    runs = [t for t in over.data if not t.name.startswith("target")]
+    assert len(runs) == 1 and list(runs[0].y) == [0.2, 0.9, 0.4]
+    assert list(runs[0].x) == [10, 20, 30]
+    table = markdown_table(rows).splitlines()
+    assert len(table) == 2 + len(rows) and "| 2 + HAProxy | 100, every 2 s |" in table[-1]
