@@ -18,6 +18,7 @@ from app.figure_cache import FigureCache
 from app.figures.common import for_projector
 from app.scenarios import REAL_VLLM
 from app.state import Lab, unexpected_message
+from app.turns import TURNS
 from app.views.help_texts import HOW_TO_READ
 
 log = logging.getLogger("app.page")
@@ -75,8 +76,9 @@ def starting(settings):
     if not settings.real_vllm:
         yield
         return
+    # the others in this process go on meanwhile (app/turns.py); this lab stays held
     with st.spinner("Starting real vLLM in this server (about 2 s; the first time also "
-                    "imports vLLM, about 7 s)…", show_time=True):
+                    "imports vLLM, about 7 s)…", show_time=True), TURNS.paused():
         yield
 
 

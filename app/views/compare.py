@@ -12,6 +12,7 @@ from app import compare as lockstep
 from app import narration
 from app.figures import block_tables, pool_grid
 from app.scenarios import COMPARE_NOTES, REAL_VLLM
+from app.turns import TURNS
 from app.views import controls
 from app.views.common import REAL_VLLM_LABEL, Shown, guarded
 
@@ -72,6 +73,7 @@ def draw(shown: Shown) -> None:
             if not lab.step_both():
                 break
             bar.progress(min(1.0, (i + 1) / 100), text=f"step {i + 1}")
+            TURNS.pass_turn()            # the others in this process wait one step (turns.py)
         st.rerun(scope="app")
     table = lockstep.compare_table(cmp)
     if len(table.columns):               # every row shown, no inner scroll, labels whole
@@ -124,6 +126,7 @@ def draw_lockstep(shown: Shown) -> None:
             if not lab.step():
                 break
             bar.progress(min(1.0, (i + 1) / 100), text=f"step {i + 1}")
+            TURNS.pass_turn()            # the others in this process wait one step (turns.py)
         st.rerun(scope="app")
     snap = shown.snap
     line = agreement_line(steps, snap.step)

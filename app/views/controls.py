@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.state import Lab
+from app.turns import TURNS
 from app.views.common import guarded, starting
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0)      # Play: steps per second
@@ -104,6 +105,7 @@ def draw(lab: Lab) -> None:
             if not lab.step():
                 break
             bar.progress((i + 1) / run_n, text=f"step {i + 1}/{run_n}")
+            TURNS.pass_turn()            # the others in this process wait one step, not N
         lab.error = None
         st.rerun(scope="app")            # redraw with the buttons' new state
     if play:
