@@ -57,6 +57,11 @@ limits with environment variables (read on every check, so a test can monkeypatc
 ``PAGED_LAB_WATCH_IPC``            1: ``ipc://`` endpoints (socket files on this server; Listen
                                    creates one) are allowed, for endpoints on the list above.
                                    Default 0: off.
+``PAGED_LAB_TAKE_TURNS``           1: in one server process one session at a time steps its
+                                   engine and draws its view, in arrival order (app/turns.py):
+                                   a class's clicks then cost the same CPU as one student's.
+                                   0: every session's run goes at once, as Streamlit does.
+                                   Default 1.
 ``server.maxUploadSize``           (``.streamlit/config.toml``) largest upload, in MB. Default 5.
 
 Every check here runs before anything is loaded: a refused model is never resolved, read or
@@ -183,6 +188,13 @@ def watch_ipc_allowed() -> bool:
 def real_vllm_sessions() -> int:
     """Sessions that may run the real vLLM at once; 0 = the choice is off (the default)."""
     return _number("PAGED_LAB_REAL_VLLM", 0, integer=True, allow_zero=True)
+
+
+def take_turns() -> bool:
+    raw = os.environ.get("PAGED_LAB_TAKE_TURNS", "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"the server setting PAGED_LAB_TAKE_TURNS must be 0 or 1, got {raw!r}")
+    return raw != "0"
 
 
 def torch_threads() -> int:

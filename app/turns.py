@@ -15,11 +15,10 @@ The turn is taken by ``Lab.in_use`` (app/state.py), so it covers a callback's en
 sidebar and the main view. Long work hands the turn on: Run N and the Compare tab's runs after
 each step (``pass_turn``), a real vLLM start for as long as it starts (``paused``), so no
 session waits behind more than one step of another's. A thread may take the turn again while
-it holds it (nested ``in_use``).
+it holds it (nested ``in_use``). PAGED_LAB_TAKE_TURNS=0 (app/hosting.py) turns it off.
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from contextlib import contextmanager
@@ -105,11 +104,6 @@ class Turns:
     def _check_owner(self) -> None:
         if self._owner != threading.get_ident():
             raise RuntimeError("a turn released by a thread that does not hold it")
-
-
-def turns_enabled() -> bool:
-    """PAGED_LAB_TAKE_TURNS=0 lets every session's run go at once (as Streamlit does)."""
-    return os.environ.get("PAGED_LAB_TAKE_TURNS", "1").strip() != "0"
 
 
 TURNS = Turns()                          # one per server process: the sessions' shared CPU

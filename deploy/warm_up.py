@@ -3,9 +3,10 @@ every preset to its end, speaking Streamlit's own websocket protocol
 (deploy/checks/protocol_session.py), so what a process does once (importing torch and Plotly,
 loading the model, the first figures of each kind) is done before the first student comes.
 
-Measured (docs/hosting.md, "A class of 100"): a process's first session costs ~4 s of CPU
-against ~0.04 s for a warm one; 100 students joining within 2 s across three processes of
-which two were cold waited 8.5 s (p90) for their first page, against ~1 s when all were warm.
+Measured (docs/hosting.md, "A class of 100"): 100 students joining within 2 s across three
+processes, two of them cold, waited 8.5 s (p90) for their first page, and the servers spent
+0.119 s of CPU per first page (so ~4 s for each cold process's first); with all three warm,
+1.5 s and 0.034 s.
 deploy/run_class.sh runs this on every process before it starts HAProxy.
 
 Usage: python deploy/warm_up.py http://127.0.0.1:8601 [http://127.0.0.1:8602 ...]

@@ -110,3 +110,12 @@ def test_a_lab_in_use_holds_the_process_turn_unless_the_operator_turned_it_off(m
     monkeypatch.setenv("PAGED_LAB_TAKE_TURNS", "0")
     with lab.in_use():
         assert TURNS._owner is None
+
+
+def test_the_setting_must_be_0_or_1(monkeypatch):
+    from app.hosting import take_turns
+    monkeypatch.setenv("PAGED_LAB_TAKE_TURNS", "yes")
+    with pytest.raises(ValueError, match="PAGED_LAB_TAKE_TURNS must be 0 or 1, got 'yes'"):
+        take_turns()
+    monkeypatch.delenv("PAGED_LAB_TAKE_TURNS")
+    assert take_turns()
