@@ -375,9 +375,9 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
     rss_trace.append((round(time.perf_counter() - left, 1), round(rss_after, 1)))
     first = [s.first_page for s in students if s.first_page is not None]
     by_window = over_time(students, t0, duration)
-    by_process = {b or "st1": [x for s in students if (s.backend or "st1") == b
-                               for x in s.latencies]
-                  for b in sorted({s.backend for s in students})}
+    process = {s: s.backend or "st1" for s in students}      # one process: no HAProxy cookie
+    by_process = {b: [x for s in students if process[s] == b for x in s.latencies]
+                  for b in sorted(set(process.values()))}
     lat = [x for s in students for x in s.latencies]
     served = sum(s.served for s in students)
     return {
@@ -406,8 +406,7 @@ async def run_level(servers: Servers, n: int, period: float, duration: float, jo
         "first_errors": [e for s in students for e in s.errors + s.cross_talk][:5],
         "rss_trace": rss_trace,
         "click_p90_by_10s": by_window,
-        "sessions_by_process": {b: sum((s.backend or "st1") == b for s in students)
-                                for b in by_process},
+        "sessions_by_process": {b: sum(process[s] == b for s in students) for b in by_process},
         "click_p90_by_process": {b: pct(v, 0.9) for b, v in by_process.items()},
     }
 

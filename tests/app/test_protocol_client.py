@@ -73,6 +73,7 @@ def test_a_short_class_runs_clean():
     assert row["served"] == row["clicks"] > 10
     assert row["first_page_p90_s"] > 0 and row["server_cpu_s_per_click"] > 0
     assert row["sessions_by_process"] == {"st1": 3}        # one process: no HAProxy cookie
+    assert row["click_p90_by_process"]["st1"] == row["click_p90_s"]
     assert len(row["click_p90_by_10s"]) == 1 and row["click_p90_by_10s"][0] > 0
 
 
