@@ -161,12 +161,12 @@ def disconnected_seconds() -> float | None:
     return seconds or None
 
 
-def _flag(name: str) -> bool:
-    """An on/off env var: 1 on, 0 or unset off; anything else names itself."""
+def _flag(name: str, default: bool = False) -> bool:
+    """An on/off env var: 1 on, 0 off, unset ``default``; anything else names itself."""
     raw = os.environ.get(name, "").strip()
     if raw not in ("", "0", "1"):
         raise ValueError(f"the server setting {name} must be 0 or 1, got {raw!r}")
-    return raw == "1"
+    return raw == "1" if raw else default
 
 
 def watch_endpoints() -> list[str] | None:
@@ -191,10 +191,7 @@ def real_vllm_sessions() -> int:
 
 
 def take_turns() -> bool:
-    raw = os.environ.get("PAGED_LAB_TAKE_TURNS", "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"the server setting PAGED_LAB_TAKE_TURNS must be 0 or 1, got {raw!r}")
-    return raw != "0"
+    return _flag("PAGED_LAB_TAKE_TURNS", default=True)
 
 
 def torch_threads() -> int:

@@ -26,8 +26,9 @@ from contextlib import contextmanager
 
 class Turns:
     """A re-entrant lock granted in arrival order (``threading.Lock`` wakes any waiter: under
-    a class's load some waited many turns). Invariant: ``_owner`` is None exactly when
-    ``_depth`` is 0 and no one waits; a released turn goes straight to the first waiter."""
+    a class's load some waited many turns). Invariants: ``_owner`` is None only when no one
+    waits; a released turn goes straight to the first waiter, which is ``_owner`` (at
+    ``_depth`` 0) from then until it wakes and sets its depth."""
 
     def __init__(self) -> None:
         self._mutex = threading.Lock()
