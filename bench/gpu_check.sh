@@ -29,7 +29,7 @@ echo "== environment" | tee "$OUT/env.txt"
 echo "== CUDA tests"
 XDIST=""
 "$PY" -c "import xdist" 2>/dev/null && XDIST="-n 8"      # compile kernels on 8 cores at once
-timeout 200 "$PY" -m pytest -q $XDIST -p no:cacheprovider tests/kernels \
+timeout 200 "$PY" -m pytest -q $XDIST -p no:cacheprovider tests/paged_kernels \
   tests/engine/test_gpt2_parity.py tests/engine/test_device_sampling.py \
   2>&1 | tee "$OUT/tests.txt" | tail -25 || status=1
 

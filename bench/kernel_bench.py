@@ -6,7 +6,7 @@ noisy, so only side-by-side ratios mean much):
 
 - ``paged``: the Triton split-K kernel reading K/V through a *random* block table;
 - ``ident``: the same kernel with an identity (contiguous) block table;
-- ``legacy``: the previous kernel (kernels/legacy/: one page-id load per token), random table;
+- ``legacy``: the previous kernel (paged_kernels/legacy/: one page-id load per token), random table;
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` on a contiguous
   ``[B, kv_heads, L, D]`` cache holding the same K/V (the backend that ran is reported).
 
@@ -143,8 +143,8 @@ def forced_sdpa_times(fn) -> dict:
 # ---- decode sweep --------------------------------------------------------------------------
 
 def decode_point(batch: int, ctx: int, k_cache, v_cache, with_forced: bool) -> dict:
-    from kernels import triton_decode
-    from kernels.legacy import triton_decode as legacy_decode
+    from paged_kernels import triton_decode
+    from paged_kernels.legacy import triton_decode as legacy_decode
 
     nblk = ctx // BLOCK
     used = batch * nblk
@@ -210,8 +210,8 @@ def prefill_point(batch: int, prompt: int, k_cache, v_cache) -> dict:
     """Causal prefill of ``batch`` prompts of ``prompt`` tokens (K/V already stored, random
     pages): the current kernel (autotuned on a GPU), the legacy one, and SDPA (is_causal) on a
     contiguous copy. TFLOP/s counts the causal half: 2 * 2 * HQ * D * L * (L + 1) / 2 per prompt."""
-    from kernels import triton_prefill
-    from kernels.legacy import triton_prefill as legacy_prefill
+    from paged_kernels import triton_prefill
+    from paged_kernels.legacy import triton_prefill as legacy_prefill
 
     nblk = -(-prompt // BLOCK)
     gen = torch.Generator(device=DEVICE).manual_seed(batch * 7919 + prompt)
@@ -255,7 +255,7 @@ def prefill_point(batch: int, prompt: int, k_cache, v_cache) -> dict:
 # ---- store / copy_blocks ---------------------------------------------------------------------
 
 def store_point(tokens: int, k_cache, v_cache) -> dict:
-    from kernels import reference, triton_cache_ops
+    from paged_kernels import reference, triton_cache_ops
 
     gen = torch.Generator(device=DEVICE).manual_seed(tokens)
     k = torch.randn(tokens, HKV, D, device=DEVICE, dtype=DTYPE, generator=gen)
@@ -270,7 +270,7 @@ def store_point(tokens: int, k_cache, v_cache) -> dict:
 
 
 def copy_point(pairs: int, layers: int) -> dict:
-    from kernels import reference, triton_cache_ops
+    from paged_kernels import reference, triton_cache_ops
 
     num_blocks = 2 * pairs + 8
     kv = torch.empty(layers, 2, num_blocks, BLOCK, HKV, D, device=DEVICE, dtype=DTYPE).normal_()
@@ -304,7 +304,7 @@ def main() -> int:
     args = ap.parse_args()
     global DEVICE
 
-    from kernels.triton_support import interpreting, triton_importable, triton_version
+    from paged_kernels.triton_support import interpreting, triton_importable, triton_version
     if args.dry_run_cpu:
         if not (triton_importable() and interpreting()):
             print("bench/kernel_bench.py: --dry-run-cpu needs triton and TRITON_INTERPRET=1")

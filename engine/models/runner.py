@@ -13,7 +13,7 @@ from engine.models.attention_metadata import AttentionMetadata
 from engine.models.device import resolve_device, resolve_dtype
 from engine.models.loader import LoadedModel, load_model
 from engine.sched.interface import ScheduledBatch
-from kernels import get_ops, resolve_backend
+from paged_kernels import get_ops, resolve_backend
 
 
 class ModelRunner:

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():           # before anything imports the Triton
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
-from kernels.triton_support import interpreting, triton_importable  # noqa: E402
+from paged_kernels.triton_support import interpreting, triton_importable  # noqa: E402
 from tests.engine.helpers import hf_greedy  # noqa: E402
 
 PROMPTS = [[1, 5, 9, 3, 7], list(range(10, 31)), list(range(40, 77))]   # 5, 21, 37 tokens

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # each top-level package and the packages it must never import (the layers above it)
 LAYERS = {
-    "kernels": {"engine", "analysis", "real_vllm", "app", "bench", "deploy", "tests"},
+    "paged_kernels": {"engine", "analysis", "real_vllm", "app", "bench", "deploy", "tests"},
     "engine": {"analysis", "real_vllm", "app", "bench", "deploy", "tests"},
     "analysis": {"real_vllm", "app", "bench", "deploy", "tests"},
     # real vLLM beside the engine: reads our engine like analysis does (the page may use it)

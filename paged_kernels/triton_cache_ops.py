@@ -1,6 +1,6 @@
 """Writing into the paged cache in Triton: store K/V into slots, and batched copy_blocks (CoW).
 
-Same signatures and results as ``kernels.reference.store_kv`` / ``copy_blocks``.
+Same signatures and results as ``paged_kernels.reference.store_kv`` / ``copy_blocks``.
 ``swap_blocks`` moves data between devices, which is a plain torch copy (see reference.py).
 
 store_kv: grid ``(token, chunk of heads*head_dim)``; token t goes to flat slot
@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import reference
-from kernels.triton_support import next_pow2
+from paged_kernels import reference
+from paged_kernels.triton_support import next_pow2
 
 
 @triton.jit

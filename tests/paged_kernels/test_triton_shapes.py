@@ -10,8 +10,8 @@ tolerance. Sequence counts and lengths stay tiny: the interpreter runs every pro
 import pytest
 import torch
 
-from kernels import reference as ref
-from tests.kernels.helpers import close, paged_setup
+from paged_kernels import reference as ref
+from tests.paged_kernels.helpers import close, paged_setup
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -60,7 +60,7 @@ def test_prefill_real_shapes(device, tk, dtype, block_size, hq, hkv, d):
 def test_decode_splits_follow_live_context(device):
     """The split count comes from the longest live context, not the padded table width: a
     table 8x wider than needed gives the same plan (and result) as a tight one."""
-    from kernels import triton_decode
+    from paged_kernels import triton_decode
     lengths = [20, 3]
     k_cache, v_cache, table, gen = paged_setup(lengths, 4, 1, 16, FP32, device, 7, extra_cols=35)
     tight = triton_decode.split_plan(2, 1, max(lengths), 16, torch.device(device))
@@ -76,7 +76,7 @@ def test_decode_splits_follow_live_context(device):
 def test_prefill_fixed_tiles(device, block_m, block_n):
     """Explicit tiles (what autotune chooses among on a GPU) give the reference's result; a
     tile too small for tl.dot is refused."""
-    from kernels import triton_prefill
+    from paged_kernels import triton_prefill
     lengths, new = [37, 9], [20, 9]
     k_cache, v_cache, table, gen = paged_setup(lengths, 8, 1, 16, FP32, device, 8)
     q = torch.randn(sum(new), 4, 16, generator=gen).to(device)          # group 4
@@ -93,7 +93,7 @@ def test_prefill_fixed_tiles(device, block_m, block_n):
 def test_autotune_configs_fit_the_shape(device):
     """The GPU autotuner only tries Q tiles of >= 16 rows whose accumulator stays <= 128 x 128,
     and always keeps one configuration."""
-    from kernels import triton_prefill
+    from paged_kernels import triton_prefill
     configs = triton_prefill._gpu_configs()
     for group_p, block_d in [(1, 64), (4, 128), (8, 128), (1, 256)]:
         kept = triton_prefill._prune(configs, {}, GROUP_P=group_p, BLOCK_D=block_d)

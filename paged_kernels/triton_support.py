@@ -4,7 +4,7 @@ Two facts drive the dispatcher:
 
 - ``triton_importable()``: the package imports (the CPU build of torch does not depend on it).
 - ``interpreting()``: ``TRITON_INTERPRET=1`` is set. Triton decides *when a kernel is decorated*
-  (i.e. when ``kernels.triton_*`` is first imported) whether ``@triton.jit`` compiles for the GPU
+  (i.e. when ``paged_kernels.triton_*`` is first imported) whether ``@triton.jit`` compiles for the GPU
   or runs on CPU tensors through its interpreter, so the variable has to be set before that
   import. ``kernels_interpreted()`` tells what the already-imported kernels actually do.
 """
@@ -40,9 +40,9 @@ def triton_version() -> str | None:
 
 
 # one @triton.jit function of each kernel module: how it was decorated tells how all were
-_PROBES = (("kernels.triton_tile_loop", "attend_tiles"),
-           ("kernels.triton_cache_ops", "_store_kv_kernel"),
-           ("kernels.legacy.triton_decode", "_decode_split_kernel"))
+_PROBES = (("paged_kernels.triton_tile_loop", "attend_tiles"),
+           ("paged_kernels.triton_cache_ops", "_store_kv_kernel"),
+           ("paged_kernels.legacy.triton_decode", "_decode_split_kernel"))
 
 
 def kernels_interpreted() -> bool | None:

@@ -1,7 +1,7 @@
 """Paged decode attention in Triton: split-K ("flash-decoding") + a small merge kernel.
 
-Same signature and result as ``kernels.reference.paged_decode_attention``. The previous kernel,
-kept selectable (``backend="triton-legacy"``) until a GPU run confirms kernels/triton_decode.py:
+Same signature and result as ``paged_kernels.reference.paged_decode_attention``. The previous kernel,
+kept selectable (``backend="triton-legacy"``) until a GPU run confirms paged_kernels/triton_decode.py:
 it loads one page id per *token* and sizes its splits from the padded block-table width.
 
 How it reads the paged cache
@@ -33,8 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_decode import merge_splits, split_buffers, split_plan   # shared host side
-from kernels.triton_support import next_pow2
+from paged_kernels.triton_decode import merge_splits, split_buffers, split_plan   # shared host side
+from paged_kernels.triton_support import next_pow2
 
 @triton.jit
 def _decode_split_kernel(

@@ -2,12 +2,12 @@
 
 Backends
 --------
-- ``"torch"``: the reference in kernels/reference.py; runs anywhere.
-- ``"triton"``: kernels/triton_decode.py, triton_prefill.py, triton_cache_ops.py (swap_blocks
+- ``"torch"``: the reference in paged_kernels/reference.py; runs anywhere.
+- ``"triton"``: paged_kernels/triton_decode.py, triton_prefill.py, triton_cache_ops.py (swap_blocks
   stays torch: it is a host<->device copy). On CUDA they compile for the GPU. On CPU they run
   under Triton's interpreter, which must be switched on with ``TRITON_INTERPRET=1`` *before* the
   kernels are first imported (triton decides at decoration time); slow, for tests and teaching.
-- ``"triton-legacy"``: the same, with the first decode/prefill kernels (kernels/legacy/), kept
+- ``"triton-legacy"``: the same, with the first decode/prefill kernels (paged_kernels/legacy/), kept
   selectable until a GPU run has confirmed the current ones.
 - ``"auto"``: ``"triton"`` on CUDA when triton imports (and the interpreter is not forced),
   otherwise ``"torch"``.
@@ -31,8 +31,8 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Callable
 
-from kernels import reference
-from kernels.triton_support import interpreting, kernels_interpreted, triton_importable
+from paged_kernels import reference
+from paged_kernels.triton_support import interpreting, kernels_interpreted, triton_importable
 
 BACKENDS = ("torch", "triton", "triton-legacy")
 _TRITON_BACKENDS = ("triton", "triton-legacy")
@@ -157,11 +157,11 @@ def resolve_backend(requested: str, device: str) -> str:
 
 
 def _triton_ops(legacy: bool = False) -> KernelOps:
-    from kernels import triton_cache_ops    # imports triton
+    from paged_kernels import triton_cache_ops    # imports triton
     if legacy:
-        from kernels.legacy import triton_decode, triton_prefill
+        from paged_kernels.legacy import triton_decode, triton_prefill
     else:
-        from kernels import triton_decode, triton_prefill
+        from paged_kernels import triton_decode, triton_prefill
     return KernelOps("triton-legacy" if legacy else "triton", triton_cache_ops.store_kv,
                      triton_cache_ops.copy_blocks, reference.swap_blocks,
                      triton_decode.paged_decode_attention, triton_prefill.paged_prefill_attention)

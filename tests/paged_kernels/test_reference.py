@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from kernels import reference as ref
+from paged_kernels import reference as ref
 
 
 def naive_attention(q, k, v, scale, causal_offset=None):

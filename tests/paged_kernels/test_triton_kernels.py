@@ -1,4 +1,4 @@
-"""Each Triton kernel equals its torch reference (kernels/reference.py).
+"""Each Triton kernel equals its torch reference (paged_kernels/reference.py).
 
 Without CUDA the kernels run in Triton's interpreter on CPU tensors: conftest.py sets
 TRITON_INTERPRET=1 before anything imports the kernels (triton decides at decoration time).
@@ -12,9 +12,9 @@ import sys
 import pytest
 import torch
 
-from kernels import get_ops, resolve_backend  # noqa: E402
-from kernels import reference as ref  # noqa: E402
-from tests.kernels.helpers import close, needs_triton, paged_setup  # noqa: E402
+from paged_kernels import get_ops, resolve_backend  # noqa: E402
+from paged_kernels import reference as ref  # noqa: E402
+from tests.paged_kernels.helpers import close, needs_triton, paged_setup  # noqa: E402
 
 
 # lengths: one token, within a block, several blocks, past a split; splits: None = heuristic.
@@ -131,7 +131,7 @@ def test_triton_on_cpu_needs_interpreter(monkeypatch):
 
 
 def test_missing_triton_is_clear(monkeypatch):
-    import kernels.dispatch as dispatch
+    import paged_kernels.dispatch as dispatch
     monkeypatch.setattr(dispatch, "triton_importable", lambda: False)
     assert dispatch.resolve_backend("auto", "cuda") == "torch"
     with pytest.raises(ValueError, match="triton package"):
@@ -141,11 +141,11 @@ def test_missing_triton_is_clear(monkeypatch):
 def test_everything_imports_without_triton():
     """Triton is optional: with it unimportable, kernels and the engine import and pick torch."""
     code = ("import sys; sys.modules['triton'] = None\n"
-            "import engine, kernels\n"
-            "from kernels import resolve_backend, get_ops\n"
+            "import engine, paged_kernels\n"
+            "from paged_kernels import resolve_backend, get_ops\n"
             "assert resolve_backend('auto', 'cuda') == 'torch'\n"
             "assert get_ops('torch').name == 'torch'\n"
-            "assert 'kernels.triton_decode' not in sys.modules\n"
+            "assert 'paged_kernels.triton_decode' not in sys.modules\n"
             "print('ok')\n")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,

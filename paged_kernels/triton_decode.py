@@ -1,9 +1,9 @@
 """Paged decode attention in Triton: split-K ("flash-decoding") + a small merge kernel.
 
-Same signature and result as ``kernels.reference.paged_decode_attention``.
+Same signature and result as ``paged_kernels.reference.paged_decode_attention``.
 
 Grid ``(sequence, kv_head, split)``. A split owns ``tiles_per_split`` token tiles of its
-sequence's context and folds them with ``attend_tiles`` (kernels/triton_tile_loop.py): whole
+sequence's context and folds them with ``attend_tiles`` (paged_kernels/triton_tile_loop.py): whole
 tiles first without any mask, then the one partial tile at the end with a key mask. Each tile
 loads one page id per page it covers, not one per token, and gathers K/V rows at
 ``page * stride_block + slot * stride_slot``; the token tile is independent of the page size,
@@ -30,8 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_support import next_pow2
-from kernels.triton_tile_loop import attend_tiles
+from paged_kernels.triton_support import next_pow2
+from paged_kernels.triton_tile_loop import attend_tiles
 
 MAX_SPLITS = 64            # the merge kernel holds [next_pow2(splits), head_dim] in registers
 MIN_TILES_PER_SPLIT = 4    # a split below ~256 tokens costs more in launch/merge than it saves

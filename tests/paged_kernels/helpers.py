@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from kernels.triton_support import triton_importable
+from paged_kernels.triton_support import triton_importable
 
 needs_triton = pytest.mark.skipif(not triton_importable(), reason="triton not installed")
 

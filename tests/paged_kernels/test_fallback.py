@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from engine import Engine, EngineConfig, SamplingParams
-from kernels import get_ops, reference
-from kernels.dispatch import FallbackOps, KernelOps
-from kernels.triton_support import interpreting, triton_importable
+from paged_kernels import get_ops, reference
+from paged_kernels.dispatch import FallbackOps, KernelOps
+from paged_kernels.triton_support import interpreting, triton_importable
 
 
 class BrokenKernel:
@@ -49,7 +49,7 @@ def _run(path, backend, prompts, **cfg):
 
 
 def test_engine_falls_back_once_and_says_so(interpreted, tiny_llama, monkeypatch):
-    from kernels import triton_decode
+    from paged_kernels import triton_decode
     broken = BrokenKernel()
     monkeypatch.setattr(triton_decode, "_decode_split_kernel", broken)
     prompts = [[1, 5, 9, 3, 7], list(range(40, 60))]
@@ -69,7 +69,7 @@ def test_engine_falls_back_once_and_says_so(interpreted, tiny_llama, monkeypatch
 
 
 def test_all_kernels_failing_reads_torch(interpreted, tiny_llama, monkeypatch):
-    from kernels import triton_cache_ops, triton_decode, triton_prefill
+    from paged_kernels import triton_cache_ops, triton_decode, triton_prefill
     for mod, name in [(triton_decode, "_decode_split_kernel"), (triton_prefill, "_prefill_kernel"),
                       (triton_cache_ops, "_store_kv_kernel"),
                       (triton_cache_ops, "_copy_blocks_kernel")]:
@@ -89,7 +89,7 @@ def test_all_kernels_failing_reads_torch(interpreted, tiny_llama, monkeypatch):
 
 
 def test_fallback_off_raises_naming_nothing_hidden(interpreted, tiny_llama, monkeypatch):
-    from kernels import triton_decode
+    from paged_kernels import triton_decode
     monkeypatch.setattr(triton_decode, "_decode_split_kernel", BrokenKernel())
     with pytest.raises(RuntimeError, match="out of resource"):
         _run(tiny_llama[0], "triton", [[1, 2, 3]], kernel_fallback=False)

@@ -1,6 +1,6 @@
 """Paged-context prefill attention in Triton.
 
-Same signature and result as ``kernels.reference.paged_prefill_attention``: sequence i's new
+Same signature and result as ``paged_kernels.reference.paged_prefill_attention``: sequence i's new
 tokens are rows ``query_start[i]:query_start[i+1]`` of ``q`` and are the *last* of its
 ``context_lens[i]`` tokens; their K/V were already stored. Every new token attends, causally,
 to the whole cached context (e.g. a prefix-cache hit) and to the new tokens up to itself, all
@@ -10,7 +10,7 @@ Grid ``(sequence, query tile, kv_head)``. As in decode, one program serves a KV 
 query group: its Q tile is ``BLOCK_M`` new tokens x ``GROUP_P`` query heads (the group padded
 to a power of two), row ``r`` = token ``r // GROUP_P``, head ``r % GROUP_P``, so each K/V tile
 is read once for the whole group. Keys are walked in two stages with ``attend_tiles``
-(kernels/triton_tile_loop.py):
+(paged_kernels/triton_tile_loop.py):
 
 1. the unmasked loop: key tiles that end at or before the tile's first query position are
    visible to every row, so no causal or bounds mask is computed;
@@ -28,8 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_support import next_pow2
-from kernels.triton_tile_loop import attend_tiles
+from paged_kernels.triton_support import next_pow2
+from paged_kernels.triton_tile_loop import attend_tiles
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """Paged-context prefill attention in Triton.
 
-Same signature and result as ``kernels.reference.paged_prefill_attention``: sequence i's new
+Same signature and result as ``paged_kernels.reference.paged_prefill_attention``: sequence i's new
 tokens are rows ``query_start[i]:query_start[i+1]`` of ``q`` and are the *last* of its
 ``context_lens[i]`` tokens; their K/V were already stored. Every new token attends, causally,
 to the whole cached context (e.g. a prefix-cache hit) and to the new tokens up to itself, all
@@ -19,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_prefill import _meta_tensors   # shared host side
-from kernels.triton_support import next_pow2
+from paged_kernels.triton_prefill import _meta_tensors   # shared host side
+from paged_kernels.triton_support import next_pow2
 
 
 @triton.jit

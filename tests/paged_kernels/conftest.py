@@ -11,7 +11,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from kernels.triton_support import interpreting, triton_importable, triton_version  # noqa: E402
+from paged_kernels.triton_support import interpreting, triton_importable, triton_version  # noqa: E402
 
 def _interpreter_broken() -> str | None:
     """triton < 3.9 + numpy >= 2.4 breaks loops with bounds loaded from memory (triton #9171)."""
@@ -47,16 +47,16 @@ def device(request):
 def tk(request):
     """The Triton kernel modules (current, and the legacy decode/prefill kept selectable until a
     GPU run confirms the current ones), imported once the interpreter switch is settled."""
-    from kernels import triton_cache_ops
+    from paged_kernels import triton_cache_ops
     if request.param == "legacy":
-        from kernels.legacy import triton_decode, triton_prefill
+        from paged_kernels.legacy import triton_decode, triton_prefill
     else:
-        from kernels import triton_decode, triton_prefill
+        from paged_kernels import triton_decode, triton_prefill
     return triton_decode, triton_prefill, triton_cache_ops
 
 
 @pytest.fixture
 def cache_ops():
-    """kernels/triton_cache_ops.py (store_kv, copy_blocks), imported once the switch is set."""
-    from kernels import triton_cache_ops
+    """paged_kernels/triton_cache_ops.py (store_kv, copy_blocks), imported once the switch is set."""
+    from paged_kernels import triton_cache_ops
     return triton_cache_ops
