@@ -20,35 +20,21 @@ import traceback
 from pathlib import Path
 
 from app import hosting
+from app.tested_set import PAGE_LOCK, normalize, pinned
 
-LOCK = Path(__file__).resolve().parents[1] / "deploy" / "locks" / "requirements.txt"
+LOCK = PAGE_LOCK
 FIX = "run `bash deploy/install.sh` to install it (add --dev for the tests)"
 # besides the ImportError family, a failure raised inside one of these is the packages' problem
 MODEL_PACKAGES = {"transformers", "tokenizers", "safetensors", "huggingface-hub", "torch"}
 MAX_DETAIL = 140
 
-_REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
 _PAREN_PATH = re.compile(r"\s*\([^()]*[/\\][^()]*\)")
 _PATH = re.compile(r"(?<![\w:/.~…-])~?/[^\s'\"`,;()\[\]{}<>]+")
 
 
-def normalize(name: str) -> str:
-    """PEP 503: lowercase, runs of -_. as one -."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def tested_versions(lock: Path | None = None) -> dict[str, str]:
-    """normalized name -> version pinned in the lock (uv pip-compile output); {} without one."""
-    try:
-        lines = (lock or LOCK).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return {}
-    out = {}
-    for line in lines:
-        m = _REQ.match(line.strip())
-        if m:
-            out[normalize(m.group(1))] = m.group(2)
-    return out
+    """normalized name -> version pinned in the page's lock; {} without one."""
+    return pinned(lock or LOCK)
 
 
 def _site_dirs() -> list[str]:
