@@ -268,7 +268,9 @@ LESSONS: dict[str, Lesson] = {lesson.key: lesson for lesson in (
         Checkpoint("Blocks free up as others finish; a preempted request is admitted again "
                    "and its prompt and generated tokens are computed once more.",
                    "until the next prefill", step_kind("prefill"),
-                   Question("How many tokens did this prefill compute?", prefill_tokens),
+                   Question("How many tokens did this prefill compute, all the sequences it "
+                            "prefilled together?", prefill_tokens,
+                            "the sum of the K/V ranges the narration lists for this step"),
                    later=True),
         Checkpoint("Preemption never changes outputs: the request is recomputed later.",
                    "until all finish", all_finished,

@@ -47,7 +47,7 @@ def start_server(port: int, model: str | None = None, log_path: str | None = Non
     return subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", script, "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1",
-         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+         "--browser.gatherUsageStats", "false"],      # the rest from .streamlit/config.toml
         cwd=cwd or ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -19,6 +19,7 @@ from app.figures.waste import ALLOCATOR_LABELS
 SEGMENTS = {   # kind -> (legend label, colour, pattern: colour is never the only carrier)
     "token": ("token states", OKABE_ITO["green"], ""),
     "reserved": ("reserved (future tokens)", OKABE_ITO["yellow"], "/"),
+    "unfilled": ("paged: last-block slots not yet filled", OKABE_ITO["sky"], "+"),
     "internal": ("internal fragmentation (never used)", OKABE_ITO["orange"], "x"),
     "external": ("external fragmentation (hole too small)", OKABE_ITO["vermillion"], "."),
     "free": ("free", FREE_GREY, ""),
@@ -42,8 +43,10 @@ def _paged_segments(snapshot) -> list[tuple]:
         where = f"block P{b.block_id} (seqs {owners}), slots {start}-{start + bs - 1}"
         out.append(("token", start, b.filled, f"{where}: {b.filled} token states"))
         if b.filled < bs:
-            out.append(("internal", start + b.filled, bs - b.filled,
-                        f"{where}: {bs - b.filled} empty slots in its last block"))
+            # the next tokens fill these (the headline's "not yet filled"); a slab's internal
+            # fragmentation is never used: not the same kind (issue 38)
+            out.append(("unfilled", start + b.filled, bs - b.filled,
+                        f"{where}: {bs - b.filled} slots not yet filled in its last block"))
     return [seg for seg in out if seg[2] > 0]
 
 

@@ -72,7 +72,9 @@ def tree_order(seqs) -> list:
 
     def visit(s):
         out.append(s)
-        for c in sorted(children.get(s.seq_id, []), key=lambda c: (c.born_step, c.seq_id)):
+        # the latest-born child first, right under its parent: a fork's connector then passes
+        # only rows whose lines start after it, so connectors never cross lines (issue 38)
+        for c in sorted(children.get(s.seq_id, []), key=lambda c: (-c.born_step, c.seq_id)):
             visit(c)
     for root in sorted(children.get(None, []), key=lambda s: (s.request_id, s.seq_id)):
         visit(root)
@@ -108,7 +110,11 @@ def beam_tree_figure(snapshot, history=()) -> go.Figure:
                  + f"<br>cumulative logprob {s.cumulative_logprob:.2f}<br>…{tail}")
         # the line in the status the sequence had at each step (a request preempted after
         # running steps 1-8 is drawn running there, then waiting), its end in the status now
-        for a, b, status in _segments(spans.get(s.seq_id), start, end, s.status):
+        # a pruned beam is a dead branch: its whole line in the pruned style the legend names
+        # (its history says "running" up to the step that pruned it)
+        segments = ([(start, end, "pruned")] if s.status == "pruned" else
+                    _segments(spans.get(s.seq_id), start, end, s.status))
+        for a, b, status in segments:
             seg_color, seg_dash, _ = STATUS_STYLE.get(status, ("#777777", "solid", "circle"))
             fig.add_trace(go.Scatter(
                 x=[a, b], y=[y, y], mode="lines", name=status, legendgroup=status,

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app.figures.common import (STATE_COLORS, STATE_LABELS, block_label, discrete_colorscale,
-                                empty, layout, legend_note, make_figure, show_token,
-                                tick_margin, token_strings)
+from app.figures.common import (NARROW_PX, STATE_COLORS, STATE_LABELS, block_label,
+                                discrete_colorscale, empty, fit_cell_labels, layout, legend_note,
+                                make_figure, show_token, tick_margin, token_strings)
+
+CELL_FONT = 13
 
 STATES = ("used", "shared", "swapped", "cached")
 _CODE = {s: i for i, s in enumerate(STATES)}
@@ -43,6 +45,8 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
             trow[logical] = f"<b>{label}</b>" + (f" ×{rc}" if rc > 1 else "")
             lines = [f"seq {s.seq_id}, logical block {logical} → <b>{label}</b>",
                      f"refcount {rc}" + (f" · filled {block.filled}/{snapshot.block_size}" if block else "")]
+            if block is not None and len(block.seq_ids) > 1:
+                lines.append("held by seqs " + ", ".join(map(str, block.seq_ids)))
             toks = s.token_ids[logical * snapshot.block_size:(logical + 1) * snapshot.block_size]
             lines.append("tokens: " + " | ".join(show_token(t) for t in token_strings(toks, decode)))
             hrow[logical] = "<br>".join(lines)
@@ -50,9 +54,16 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
         text.append(trow)
         hover.append(hrow)
         ylabels.append(f"seq {s.seq_id} · req {s.request_id} · {s.status}")
+    left = tick_margin(ylabels)
+    # the plot is what the narrowest column leaves after the row labels; in the projector the
+    # row labels grow with the font (for_projector scales the left margin the same way)
+    cell_px = max(1.0, NARROW_PX - left - 10) / width
+    proj_cell_px = max(1.0, NARROW_PX - left * 18 / 15 - 10) / width
     traces = [dict(
-        type="heatmap", z=z, x=[f"L{i}" for i in range(width)], y=ylabels, text=text,
-        texttemplate="%{text}", textfont=dict(size=13), customdata=hover,
+        type="heatmap", z=z, x=[f"L{i}" for i in range(width)], y=ylabels,
+        text=fit_cell_labels(text, cell_px, CELL_FONT),
+        meta=dict(labels=text, cell_px=cell_px, projector_scale=proj_cell_px / cell_px),
+        texttemplate="%{text}", textfont=dict(size=CELL_FONT), customdata=hover,
         hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3, zmin=0, zmax=len(STATES),
         showscale=False, colorscale=discrete_colorscale([STATE_COLORS[s] for s in STATES]))]
     note, bottom = legend_note(
@@ -62,7 +73,7 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
     return make_figure(traces, layout(
         # fixed margins, no automargin (see pool_grid): the left one fits the longest row label
         title, height=130 + bottom + 44 * len(seqs),
-        margin=dict(l=tick_margin(ylabels), r=10, t=80, b=bottom),
+        margin=dict(l=left, r=10, t=80, b=bottom),
         annotations=[note],
         yaxis=dict(automargin=False, autorange="reversed", showgrid=False),
         xaxis=dict(automargin=False, side="top", showgrid=False, title=None)))

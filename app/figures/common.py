@@ -93,11 +93,43 @@ def style(fig: go.Figure, title: str, height: int | None = None, legend_y: float
     return fig
 
 
+# The narrowest plot a figure gets: half of the main area at 1280x720 (the Memory tab's two
+# columns with the sidebar open; the projector's right column split in two is about the same)
+NARROW_PX = 440
+CHAR_EM = 0.62                          # a character's mean width, in font sizes (Open Sans)
+
+
+def wrap(text: str, chars: int) -> str:
+    """``text`` in lines of at most ``chars`` characters, joined by <br> (Plotly does not wrap)."""
+    import textwrap
+    return "<br>".join(textwrap.wrap(text, chars)) or text
+
+
 def empty(title: str, message: str, height: int = 220) -> go.Figure:
+    # wrapped for the narrowest column at projector size, or both ends are cut (issue 38)
+    chars = int(NARROW_PX / (CHAR_EM * PROJECTOR_MIN_FONT))
     return make_figure([], layout(
         title, height, xaxis=dict(visible=False), yaxis=dict(visible=False),
-        annotations=[dict(text=message, showarrow=False, x=0.5, y=0.5, xref="paper",
-                          yref="paper", font=dict(size=FONT_SIZE + 1, color="#555"))]))
+        annotations=[dict(text=wrap(message, chars), showarrow=False, x=0.5, y=0.5,
+                          xref="paper", yref="paper",
+                          font=dict(size=FONT_SIZE + 1, color="#555"))]))
+
+
+def fit_cell_labels(labels: list[list[str]], cell_px: float, font: float) -> list[list[str]]:
+    """Cell labels that fit a cell ``cell_px`` wide at ``font`` px: a label too wide is cut to
+    its first word ("P17 ×3" -> "P17"), and to nothing (the hover keeps it) if that is still
+    too wide; overlapping labels read as one unreadable string (issue 38)."""
+    fits = max(0, int((cell_px - 6) / (CHAR_EM * font)))
+
+    def plain(t: str) -> str:
+        return t.replace("<b>", "").replace("</b>", "")
+
+    def fit(t: str) -> str:
+        if len(plain(t)) <= fits:
+            return t
+        short = t.split(" ", 1)[0]
+        return short if len(plain(short)) <= fits else ""
+    return [[fit(t) for t in row] for row in labels]
 
 
 def legend_note(entries: list[tuple[str, str]], per_line: int = 3, right: bool = False
@@ -110,7 +142,19 @@ def legend_note(entries: list[tuple[str, str]], per_line: int = 3, right: bool =
     marks = [(f'<span style="color:#888;font-size:20px">□</span>' if color == FREE_GREY else
               f'<span style="color:{color};font-size:20px">■</span>') + f" {html.escape(label)}"
              for label, color in entries]
-    lines = ["   ".join(marks[i:i + per_line]) for i in range(0, len(marks), per_line)]
+    # at most ``per_line`` entries, and no more characters than the narrowest column holds at
+    # projector size: a longer line is cut at the figure's edge (issue 38)
+    budget = int(NARROW_PX / (CHAR_EM * PROJECTOR_MIN_FONT))
+    lines, line, used = [], [], 0
+    for mark, (label, _) in zip(marks, entries):
+        width = len(label) + 2 + (3 if line else 0)
+        if line and (len(line) == per_line or used + width > budget):
+            lines.append("   ".join(line))
+            line, used, width = [], 0, len(label) + 2
+        line.append(mark)
+        used += width
+    if line:
+        lines.append("   ".join(line))
     note = dict(text="<br>".join(lines), name="legend", showarrow=False, xref="paper",
                 yref="paper", x=1 if right else 0, y=0, xanchor="right" if right else "left",
                 yanchor="top", yshift=-6, align="right" if right else "left",
@@ -165,8 +209,13 @@ def for_projector(fig: go.Figure, minimum: int = PROJECTOR_MIN_FONT) -> go.Figur
     for axis in [k for k in layout_dict if k.startswith(("xaxis", "yaxis"))]:
         layout_dict[axis].setdefault("tickfont", {})
     raise_fonts(d)
-    for trace in d.get("data", []):             # a grid too dense for 18 px labels (a pool of
-        z = trace.get("z")                      # hundreds of blocks) keeps them in the hover
+    for trace in d.get("data", []):             # labels fitted to a cell (fit_cell_labels),
+        meta = trace.get("meta")                # fitted again at the larger size
+        if isinstance(meta, dict) and "cell_px" in meta and "labels" in meta:
+            trace["text"] = fit_cell_labels(meta["labels"], meta["cell_px"] * meta.get(
+                "projector_scale", 1.0), minimum)
+        z = trace.get("z")                      # a grid too dense for 18 px labels (a pool of
+                                                # hundreds of blocks) keeps them in the hover
         if trace.get("type") == "heatmap" and z and len(z) * len(z[0]) > 128:
             trace["texttemplate"] = ""
             trace.pop("text", None) if not trace.get("hovertemplate", "").count("%{text}") \

@@ -42,7 +42,7 @@ def metrics(snapshot) -> list[Metric]:
                f"blocks saved ({_bytes(saved * st.bytes_per_block)} of KV): logical blocks (sum "
                f"of table lengths = {st.logical_blocks}, what copying would need) minus physical "
                "blocks in use"),
-        *([Metric("prefix-cache hits", f"{st.prefix_cache_hits}/{st.prefix_cache_queries}",
+        *([Metric("prefix-cache hits", f"{st.prefix_cache_hits}/{st.prefix_cache_queries} tokens",
                   "prompt tokens found in the prefix cache, out of those looked up (vLLM's "
                   "prefix_cache_hits / prefix_cache_queries, tokens, so far)")]
           if st.prefix_cache_queries else []),

@@ -86,11 +86,15 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
     legend = [(STATE_LABELS[s], STATE_COLORS[s]) for s in STATES
               if (s != "swapped" or snapshot.cpu_blocks) and (s != "null" or snapshot.stats.null_blocks)]
     if show_moves:
+        cows = [e for e in snapshot.events if e.kind == "cow"]
+        for e in cows:
+            # arrows leaving one block start side by side on its edge, nested like brackets
+            # (the farthest outermost), so they never cross: leftward ones on the left
+            same = sorted((c for c in cows if c.src == e.src), key=_lane_order(where))
+            _arrow(shapes, annotations, where.get(("gpu", e.src)), where.get(("gpu", e.dst)),
+                   COW_COLOR, "cow", lane=same.index(e), lanes=len(same))
         for e in snapshot.events:
-            if e.kind == "cow":
-                _arrow(shapes, annotations, where.get(("gpu", e.src)), where.get(("gpu", e.dst)),
-                       COW_COLOR, "cow")
-            elif e.kind in ("swap_out", "swap_in"):
+            if e.kind in ("swap_out", "swap_in"):
                 src_dev, dst_dev = ("gpu", "cpu") if e.kind == "swap_out" else ("cpu", "gpu")
                 for src, dst in e.mapping:
                     _arrow(shapes, annotations, where.get((src_dev, src)),
@@ -114,22 +118,41 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
         # fixed margins, no automargin: Plotly's automargin pass redraws the figure again, which
         # was ~50 ms of Chromium's time per Step
         margin=dict(l=tick_margin(labels), r=10, t=50, b=bottom),
-        yaxis=dict(automargin=False, range=[total_rows - 0.5, -1.1], tickmode="array", tickvals=ticks,
+        yaxis=dict(automargin=False, range=[total_rows - 0.5, -1.35], tickmode="array", tickvals=ticks,
                    ticktext=labels, showgrid=False, zeroline=False),
         xaxis=dict(automargin=False, visible=False, range=[-0.5, cols - 0.5]),
         shapes=shapes, annotations=annotations + [note]))
 
 
-def _arrow(shapes: list, annotations: list, src, dst, color: str, name: str) -> None:
-    """A curved arrow from cell ``src`` to cell ``dst``: within a row it arcs above the cells it
-    passes (copies along one row stay readable); between rows it leaves the facing edges.
-    ``name`` tags it ("cow" / "swap") for tests."""
+def _lane_order(where):
+    """Sort key of the copy-on-write arrows leaving one block: leftward nearest first, then
+    rightward farthest first (outer arcs start outside the inner ones)."""
+    def key(e):
+        src, dst = where.get(("gpu", e.src)), where.get(("gpu", e.dst))
+        if src is None or dst is None:
+            return (2, 0)
+        dx = (dst[0] - src[0]) + 100 * (dst[1] - src[1])    # another row: beyond this one
+        return (0, abs(dx)) if dx < 0 else (1, -abs(dx))
+    return key
+
+
+def _arrow(shapes: list, annotations: list, src, dst, color: str, name: str, lane: int = 0,
+           lanes: int = 1) -> None:
+    """A curved arrow from cell ``src`` to cell ``dst``: within a row it arcs above the row,
+    from the cell's top edge (never over a cell's text), higher the farther it goes, and arrows
+    from one cell start side by side (``lane`` of ``lanes``), so they neither overlap each other
+    nor the cells they pass; between rows it leaves the facing edges. ``name`` tags it
+    ("cow" / "swap") for tests."""
     if src is None or dst is None:
         return
     (x0, y0), (x1, y1) = src, dst
+    x0 += (lane - (lanes - 1) / 2) * (0.7 / max(lanes, 1))
     if y0 == y1:
-        y0, y1 = y0 - 0.42, y1 - 0.42
-        cx, cy = (x0 + x1) / 2, y0 - 0.35 - 0.12 * min(abs(x1 - x0), 6)
+        y0 = y1 = y0 - 0.5
+        # height in proportion to length: arcs of one start then nest without meeting; a
+        # quadratic curve peaks halfway to its control point, 0.77 cells for the longest,
+        # inside the room the y range leaves above row 0
+        cx, cy = (x0 + x1) / 2, y0 - 0.22 * min(abs(x1 - x0), 7)
     else:
         down = 0.42 if y1 > y0 else -0.42
         y0, y1 = y0 + down, y1 - down

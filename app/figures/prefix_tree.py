@@ -4,8 +4,9 @@ blocks before the branch. Built only from KV cache events (engine.kv_events.Cach
 draws a vLLM server's cache as well as this engine's.
 
 Node size grows with the number of cached blocks that extend the node's prefix (how widely it is
-shared); colour is how many times the hash was stored (re-stored after an eviction: > 1). A
-diamond is a block whose parent is not cached: evicted before it, or stored before watching.
+shared); colour is how many times the hash was stored (re-stored after an eviction: > 1), in
+three steps; the first hex digits of its hash name each node. A diamond is a block whose parent
+is not cached: evicted before it, or stored before watching.
 """
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from engine.kv_events.wire import hash_hex
 
 TITLE = "Prefix cache (blocks chained by parent hash)"
 MAX_HOVER_TOKENS = 32
+MAX_LABELLED = 60                       # nodes named on the figure; more keep it in the hover
+STORES = {1: ("stored once", OKABE_ITO["sky"]), 2: ("stored twice", OKABE_ITO["orange"]),
+          3: ("stored 3× or more", OKABE_ITO["vermillion"])}
 
 
 def keep_newest(blocks: list[CachedBlock], max_blocks: int) -> list[CachedBlock]:
@@ -123,25 +127,30 @@ def prefix_tree_figure(blocks, max_blocks: int = 400) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#999999", width=1.5),
                              hoverinfo="skip", showlegend=False, name="parent"))
-    max_stores = max(b.stores for b in shown)
+    # a count is drawn in steps, not on a continuous colour bar (1.5 stores means nothing:
+    # issue 38); each step is a legend entry, and the shape says whether the parent is cached
+    label_nodes = len(layout) <= MAX_LABELLED
     for orphan in (False, True):
-        keys = [k for k, v in layout.items()
-                if (by_key[k].parent_hash is not None and v[3] is None) == orphan]
-        if not keys:
-            continue
-        fig.add_trace(go.Scatter(
-            x=[layout[k][0] for k in keys], y=[layout[k][1] for k in keys], mode="markers",
-            name="parent not cached (evicted, or stored before watching)" if orphan
-            else "cached block",
-            marker=dict(symbol="diamond" if orphan else "circle",
-                        size=[min(34, 9 + 4 * math.sqrt(layout[k][2])) for k in keys],
-                        color=[by_key[k].stores for k in keys], cmin=1, cmax=max(2, max_stores),
-                        colorscale=[[0, OKABE_ITO["sky"]], [1, OKABE_ITO["vermillion"]]],
-                        showscale=not orphan, line=dict(color="#333333", width=1),
-                        colorbar=dict(title="stored ×", thickness=12, len=0.6)),
-            customdata=[hash_hex(by_key[k].block_hash) for k in keys],
-            hovertext=[_hover(by_key[k], layout[k][2], layout[k][3] is not None) for k in keys],
-            hoverinfo="text"))
+        for stores, (what, color) in STORES.items():
+            keys = [k for k, v in layout.items()
+                    if (by_key[k].parent_hash is not None and v[3] is None) == orphan
+                    and min(by_key[k].stores, max(STORES)) == stores]
+            if not keys:
+                continue
+            fig.add_trace(go.Scatter(
+                x=[layout[k][0] for k in keys], y=[layout[k][1] for k in keys],
+                mode="markers+text" if label_nodes else "markers",
+                # the hash's first hex digits on the node: a block is named without hovering
+                text=[hash_hex(by_key[k].block_hash)[:6] for k in keys],
+                textposition="top center", textfont=dict(size=11, color="#333"),
+                name=(f"{what}, parent not cached" if orphan else what),
+                marker=dict(symbol="diamond" if orphan else "circle",
+                            size=[min(34, 9 + 4 * math.sqrt(layout[k][2])) for k in keys],
+                            color=color, line=dict(color="#333333", width=1)),
+                customdata=[hash_hex(by_key[k].block_hash) for k in keys],
+                hovertext=[_hover(by_key[k], layout[k][2], layout[k][3] is not None)
+                           for k in keys],
+                hoverinfo="text"))
     rows = max(v[1] for v in layout.values()) + 1
     depth = max(v[0] for v in layout.values())
     fig.update_xaxes(title="block position in the prefix (0 = first block)", dtick=1,

@@ -138,6 +138,36 @@ def request_table(snapshot):
     return pd.DataFrame(out)
 
 
+def request_table_long(snapshot):
+    """``request_table`` one row per request and allocator (request, allocator, slots, tokens
+    stored, empty slots, note): five columns fit the tab at 1280x720, where the wide table's
+    twelve were cut ("Ora…", issue 38), and a slab not admitted says so instead of "None"."""
+    import pandas as pd
+
+    wide = request_table(snapshot)
+    rows = []
+    for r in wide.to_dict("records"):
+        rows.append({"request": r["request"], "allocator": ALLOCATOR_LABELS["paged"],
+                     "slots": r["paged slots"], "tokens stored": r["tokens in cache"],
+                     "empty slots": r["paged not yet filled"],
+                     "note": "last-block slots the next tokens fill"})
+        for a in snapshot.accounting[1:]:
+            label = ALLOCATOR_LABELS.get(a.allocator, a.allocator)
+            name = label.replace("Contiguous ", "")
+            slab = r.get(f"{name} slab")
+            missing = slab is None or pd.isna(slab)
+            rows.append({"request": r["request"], "allocator": label,
+                         "slots": None if missing else int(slab),
+                         "tokens stored": None if missing else int(r[f"{name} tokens stored"]),
+                         "empty slots": None if missing else int(r[f"{name} wasted"]),
+                         "note": "not admitted by this allocator at this step" if missing
+                         else "reserved for future tokens or never used"})
+    out = pd.DataFrame(rows)
+    for col in ("slots", "tokens stored", "empty slots"):
+        out[col] = out[col].astype("Int64")
+    return out
+
+
 def block_size_sweep_figure(frame, current_block_size: int | None = None) -> go.Figure:
     """Token-state share of allocated KV and mean running requests vs block size (from
     ``analysis.block_size_sweep``): small pages waste less, but every page size still beats a

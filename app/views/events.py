@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from app import event_words
 from app.figures import prefix_tree, timeline
 from app.views.common import Shown
 
@@ -15,15 +16,18 @@ def draw(shown: Shown) -> None:
                 how="timeline")
     if snap.events:
         st.markdown(f"**Events of step {snap.step}** (in order)")
-        st.dataframe(pd.DataFrame([{"kind": e.kind, "fields": {k: v for k, v in e.to_dict().items()
-                                                               if k != "kind"}}
-                                   for e in snap.events]).astype(str),
-                     hide_index=True, height=min(400, 38 + 35 * len(snap.events)))
+        words = [event_words.describe(e, snap.block_size, shown.decode) for e in snap.events]
+        st.dataframe(pd.DataFrame({"what happened": words}), hide_index=True, width="stretch",
+                     height=min(400, 38 + 35 * len(words)))
+        with st.expander("Raw event fields"):
+            st.dataframe(pd.DataFrame([{k: str(v) for k, v in e.to_dict().items()}
+                                       for e in snap.events]), hide_index=True,
+                         height=min(400, 38 + 35 * len(words)))
     cache_view = getattr(shown.lab.engine, "cache_view", None)
     if cache_view is not None and not shown.lab.replaying:
         st.markdown(f"**Real vLLM's prefix cache** after its latest step, rebuilt from the "
                     f"{cache_view.batches} KV event batches it published (BlockStored, "
-                    "BlockRemoved), as the Watch vLLM tab rebuilds a `vllm serve`'s")
+                    "BlockRemoved), as the Watch vLLM tab rebuilds a `vllm serve`'s prefix cache.")
         shown.chart(_vllm_tree, cache_view, cache_view.batches, key="fig_vllm_tree")
 
 

@@ -48,8 +48,10 @@ def _on_next() -> None:
         run = current_run(lab)
         if run is not None:
             run.next(lab)
-            st.session_state.pop("w_lesson_answer", None)
-            st.session_state.pop("w_lesson_reveal", None)
+            # set, not popped: a popped key leaves the browser's box showing the old answer,
+            # which it sends back with the next click (issue 38, finding 1)
+            st.session_state.w_lesson_answer = ""
+            st.session_state.w_lesson_reveal = False
 
 
 def _on_check() -> None:
@@ -96,7 +98,8 @@ def lesson_panel(lab) -> None:
                     st.info(f"The engine's state says **{run.expected()}**."
                             + (f" {q.explain}." if q.explain else ""))
         if run.done:
-            st.success("Lesson complete. Pick another lesson in the sidebar, or keep exploring "
+            where = ("the Lesson menu above" if narrow else "the sidebar")
+            st.success(f"Lesson complete. Pick another lesson in {where}, or keep exploring "
                        "this one with Step and Back.")
 
 

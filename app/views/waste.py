@@ -16,12 +16,12 @@ def draw(shown: Shown) -> None:
         st.markdown(f"**{headline}**")
     shown.chart(waste_figures.waste_figure, snap, snaps, key="fig_waste")
     shown.chart(address_space.address_space_figure, snap, key="fig_slots", how="waste")
-    table = waste_figures.request_table(snap)
+    table = waste_figures.request_table_long(snap)
     if len(table):
-        st.markdown("**Per request, this step** (slots; None = not admitted by that "
-                    "allocator at this step). A slab stores the prompt once per sequence (with "
-                    "n samples, n copies), which paging shares: slab = tokens stored + wasted.")
-        st.dataframe(table, hide_index=True)
+        st.markdown("**Per request, this step**, in KV slots. A slab stores the prompt once per "
+                    "sequence (with n samples, n copies), which paging shares: slots = tokens "
+                    "stored + empty slots.")
+        st.dataframe(table.style.format(na_rep="—"), hide_index=True, width="stretch")
     sweep = shown.lab.block_size_sweep()
     if sweep is not None:
         shown.chart(waste_figures.block_size_sweep_figure, sweep, snap.block_size,

@@ -103,7 +103,10 @@ def test_block_tables_empty_when_nothing_lives(parallel_run):
     eng, _ = parallel_run
     fig = block_table_figure(eng.history[0])         # step 0: queued, no blocks yet
     assert not any(tr.type == "heatmap" for tr in fig.data)
-    assert "1 sequence(s) waiting in the queue" in str(fig.layout)
+    message = fig.layout.annotations[0].text
+    assert "1 sequence(s) waiting in the queue" in message.replace("<br>", " ")
+    # wrapped to the narrowest column at projector size (issue 38: it was cut at both ends)
+    assert all(len(line) <= 39 for line in message.split("<br>"))
     assert eng.history[0].sequences[0].status == "waiting"
 
 
@@ -132,7 +135,7 @@ def test_timeline_counts_match_events(beam_run):
     fig = timeline_figure(snaps, current_step=3)
     counts = event_counts(snaps)
     for tr in fig.data:
-        kind = tr.y[0]
+        kind = tr.name                  # the lane label says its unit: "prefix hit (blocks)"
         assert dict(zip(tr.x, map(int, tr.text))) == counts[kind]
     total = sum(int(t) for tr in fig.data for t in tr.text)
     assert total == sum(len(s.events) for s in snaps)
