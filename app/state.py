@@ -145,9 +145,27 @@ def check_real_vllm_allowed(replacing=None) -> None:
         raise ValueError(f"Real vLLM cannot start here: {exc}") from None
     busy = [e for e in list(_REAL_VLLM_ENGINES) if not e.closed and e is not replacing]
     if len(busy) >= limit:
-        raise ValueError(f"Real vLLM already runs in {len(busy)} session(s) on this server, the "
-                         f"most it allows at once (PAGED_LAB_REAL_VLLM={limit}): try again when "
-                         "one is released, or choose our vLLM v1 engine (the same rules).")
+        holders = [lab for lab in (ref() for ref in _LABS.valuerefs())
+                   if lab is not None and lab.engine in busy]
+        raise ValueError(real_vllm_busy(len(busy), limit, holders))
+
+
+def real_vllm_busy(n_busy: int, limit: int, holders, now: float | None = None) -> str:
+    """Why no real-vLLM slot is free, and when one frees: a closed tab's lab is released
+    PAGED_LAB_DISCONNECTED_SECONDS after the sweeper saw it go (every 5 s), an open one when
+    it is closed or idle for PAGED_LAB_IDLE_MINUTES (issue 38: the message said neither)."""
+    now = time.monotonic() if now is None else now
+    gone = hosting.disconnected_seconds()
+    waits = [max(0.0, gone - (now - lab.disconnected_since)) + 5.0 for lab in holders
+             if lab.disconnected_since is not None and gone is not None]
+    idle = hosting.idle_seconds()
+    when = (f"a slot frees in about {min(waits):.0f} s (its tab was closed)" if waits else
+            "it is held by an open tab: it frees when that tab is closed (about "
+            f"{(gone or 0) + 10:.0f} s later)"
+            + (f" or after {idle / 60:.0f} minutes without a click" if idle else ""))
+    return (f"Real vLLM already runs in {n_busy} session(s) on this server, the most it allows "
+            f"at once (PAGED_LAB_REAL_VLLM={limit}); {when}. Meanwhile choose our vLLM v1 "
+            "engine (the same rules).")
 
 
 def _start_real_vllm(ours: Engine, s: Settings, params, prompts):
@@ -602,9 +620,19 @@ PAGE_LABELS = {"max_num_batched_tokens": "token budget per step (v1)",
 _API_NAME = re.compile(r"\b(" + "|".join(PAGE_LABELS) + r")\b")
 
 
+_API_SEMANTICS = re.compile(r"""semantics\s*=\s*['"](\w+)['"]""")
+
+
+def _engine_choice(m: re.Match) -> str:
+    from engine.sched.registry import SEMANTICS
+    rules = SEMANTICS.get(m.group(1))
+    return f"the Engine “{rules.label}”" if rules is not None else m.group(0)
+
+
 def page_words(text: str) -> str:
-    """``text`` with the engine's setting names replaced by the sidebar's labels."""
-    return _API_NAME.sub(lambda m: PAGE_LABELS[m.group(1)], text)
+    """``text`` with the engine's setting names replaced by the sidebar's labels (and an
+    engine named as the API does, ``semantics='v0'``, as the Engine choice names it)."""
+    return _API_NAME.sub(lambda m: PAGE_LABELS[m.group(1)], _API_SEMANTICS.sub(_engine_choice, text))
 
 
 def _message(exc: Exception) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from app.figures.common import FREE_GREY, OKABE_ITO, empty, style
-from app.figures.waste import ALLOCATOR_LABELS
+from app.figures.waste import allocator_label
 
 SEGMENTS = {   # kind -> (legend label, colour, pattern: colour is never the only carrier)
     "token": ("token states", OKABE_ITO["green"], ""),
@@ -81,7 +81,7 @@ def address_space_figure(snapshot) -> go.Figure:
     for a in snapshot.accounting[1:]:
         rows.append((a.allocator, _baseline_segments(snapshot, a.allocator, capacity,
                                                      a.external_fragmentation > 0)))
-    labels = {a: ALLOCATOR_LABELS.get(a, a) for a, _ in rows}
+    labels = {a: allocator_label(a, snapshot) for a, _ in rows}
     fig = go.Figure()
     for kind, (label, color, pattern) in SEGMENTS.items():
         segs = [(labels[a], start, n, hover) for a, row in rows for k, start, n, hover in row

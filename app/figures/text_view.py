@@ -1,7 +1,8 @@
 """Generated text per sequence with block boundaries marked (HTML, rendered by st.markdown).
 
-Tokens are grouped by logical block; each group sits on its own tinted band labelled with the
-physical block it lives in. Prompt tokens are grey and plain; generated tokens are dark, bold and
+Tokens are grouped by logical block; each group sits on its own grey band labelled with the
+physical block it lives in, its left edge in the block's state colour of the Memory tab (blue:
+owned alone, orange: shared, purple: swapped out). Prompt tokens are grey and plain; generated tokens are dark, bold and
 underlined (so colour is never the only difference). Without a decode function the token ids
 are shown.
 """
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 import html
 
-from app.figures.common import block_label, token_strings
+from app.figures.common import STATE_COLORS, block_label, token_strings
 
-_BANDS = ("#E3F0FA", "#FDF1D8")          # alternating tints (light sky / light orange)
+# alternating neutral tints: blue and orange are the Memory tab's "used" and "shared", so the
+# band's left edge carries that state instead, in the same colours (issue 38)
+_BANDS = ("#F1F3F5", "#E4E7EB")
 
 
 def text_html(snapshot, decode=None, include_done: bool = True) -> str:
@@ -19,6 +22,7 @@ def text_html(snapshot, decode=None, include_done: bool = True) -> str:
     if not seqs:
         return "<p><i>No sequences yet.</i></p>"
     bs = snapshot.block_size
+    refs = {b.block_id: b.ref_count for b in snapshot.blocks}
     parts = []
     for s in seqs:
         toks = token_strings(s.token_ids, decode)
@@ -48,10 +52,13 @@ def text_html(snapshot, decode=None, include_done: bool = True) -> str:
                 spans.append(f'<span class="{kind}" style="{look};{sep}"'
                              f'{" data-pending" if pending else ""}>'
                              f'{html.escape(t).replace(chr(10), "↵")}</span>')
-            band = (f"background:{_BANDS[logical % 2]};border-left:3px solid #0072B2" if in_table
-                    else "border:1px dashed #0072B2")
+            state = ("swapped" if s.device == "cpu" else
+                     "shared" if in_table and refs.get(s.block_table[logical], 0) > 1 else "used")
+            band = (f"background:{_BANDS[logical % 2]};border-left:4px solid "
+                    f"{STATE_COLORS[state]}" if in_table else "border:1px dashed #555")
             groups.append(
-                f'<span class="{"blk" if in_table else "pending"}" style="{band};padding:1px 3px;'
+                f'<span class="{"blk " + state if in_table else "pending"}" '
+                f'style="{band};padding:1px 3px;'
                 f'margin-right:2px;white-space:pre-wrap">'
                 f'<sup style="color:#0072B2;font-weight:bold">{phys}</sup>{"".join(spans)}</span>')
         parts.append(f'<div class="seqtext" style="margin:6px 0;line-height:1.9;font-size:16px">'

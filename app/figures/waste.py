@@ -18,6 +18,17 @@ CATEGORIES = {   # accounting field -> (label, colour)
 }
 ALLOCATOR_LABELS = {"paged": "Paged (this engine)", "max": "Contiguous Max",
                     "pow2": "Contiguous Pow2", "oracle": "Contiguous Oracle"}
+PAGED_BY = {"vllm": "Paged (real vLLM)"}   # a snapshot's semantics -> its paged row's name
+
+
+def allocator_label(allocator: str, snapshot=None) -> str:
+    """An allocator's row name; the paged row names the engine whose pool it is (real vLLM's
+    snapshots: "Paged (real vLLM)", issue 38), the baselines are modelled from its requests."""
+    if allocator == "paged" and snapshot is not None and snapshot.semantics in PAGED_BY:
+        return PAGED_BY[snapshot.semantics]
+    return ALLOCATOR_LABELS.get(allocator, allocator)
+
+
 ALLOCATOR_STYLE = {"paged": (OKABE_ITO["blue"], "solid", "circle"),
                    "max": (OKABE_ITO["vermillion"], "dot", "x"),
                    "pow2": (OKABE_ITO["orange"], "dash", "square"),
@@ -37,7 +48,7 @@ def waste_figure(snapshot, history=()) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, column_widths=[0.44, 0.28, 0.28], horizontal_spacing=0.09,
                         subplot_titles=("KV slots at this step", "token-state share of busy slots",
                                         "requests waiting"))
-    names = [ALLOCATOR_LABELS.get(a.allocator, a.allocator)
+    names = [allocator_label(a.allocator, snapshot)
              + (f"<br><i>{a.rejected} never fit</i>" if a.rejected else "")
              for a in snapshot.accounting]
     for field, (label, color) in CATEGORIES.items():
@@ -56,7 +67,7 @@ def waste_figure(snapshot, history=()) -> go.Figure:
     for i, a in enumerate(snapshot.accounting):
         color, dash, symbol = ALLOCATOR_STYLE.get(a.allocator, ("#555", "solid", "circle"))
         series = [next((x for x in s.accounting if x.allocator == a.allocator), None) for s in past]
-        label = ALLOCATOR_LABELS.get(a.allocator, a.allocator)
+        label = allocator_label(a.allocator, snapshot)
         fig.add_trace(go.Scatter(x=steps, y=[token_state_share(x) if x else None for x in series],
                                  mode="lines+markers", name=label, legendgroup=a.allocator,
                                  line=dict(color=color, dash=dash, width=3),
@@ -147,7 +158,7 @@ def request_table_long(snapshot):
     wide = request_table(snapshot)
     rows = []
     for r in wide.to_dict("records"):
-        rows.append({"request": r["request"], "allocator": ALLOCATOR_LABELS["paged"],
+        rows.append({"request": r["request"], "allocator": allocator_label("paged", snapshot),
                      "slots": r["paged slots"], "tokens stored": r["tokens in cache"],
                      "empty slots": r["paged not yet filled"],
                      "note": "last-block slots the next tokens fill"})

@@ -79,6 +79,9 @@ def draw(shown: Shown) -> None:
     if len(table.columns):               # every row shown, no inner scroll, labels whole
         st.dataframe(table.astype(str), width="stretch", height=38 + 35 * len(table),
                      column_config={"_index": st.column_config.TextColumn(width="large")})
+    why = running_differs(cmp.snapshot(n) for n in SEMANTICS)
+    if why:
+        st.caption(why)
     for col, (name, rules) in zip(st.columns(len(SEMANTICS), gap="medium"), SEMANTICS.items()):
         with col:
             st.markdown(f"#### {rules.label}")
@@ -86,14 +89,36 @@ def draw(shown: Shown) -> None:
             if snap is None:
                 st.warning(cmp.errors.get(name, "not available"))
                 continue
-            st.caption(f"step {snap.step} · {snap.kind} · "
-                       f"{snap.stats.num_running} running · {snap.stats.num_waiting} waiting")
+            st.caption(f"step {snap.step} · {snap.kind} · {running_words(snap)} · "
+                       f"{snap.stats.num_waiting} waiting")
             history = cmp.engines[name].history
             prev = history[-2] if len(history) > 1 else None
             st.info(narration.narrate(snap, prev, lab.decode))
             shown.chart(pool_grid.pool_figure, snap, lab.decode, key=f"cmp_pool_{name}")
             shown.chart(block_tables.block_table_figure, snap, lab.decode,
                         key=f"cmp_tables_{name}")
+
+
+def running_words(snap) -> str:
+    """"1 running request (4 sequences)": a scheduler counts requests (v0: sequence groups,
+    v1: requests, n samples being n child requests), the pool holds sequences."""
+    seqs = sum(1 for q in snap.sequences if q.status == "running")
+    n = snap.stats.num_running
+    return (f"{n} running request{'s' if n != 1 else ''}"
+            + (f" ({seqs} sequences)" if seqs != n else ""))
+
+
+def running_differs(snaps) -> str:
+    """Why the engines count different running requests for the same running sequences
+    (issue 38: "1 running" beside "4 running", with no word on why); "" when they agree."""
+    snaps = [s for s in snaps if s is not None]
+    counts = {(s.stats.num_running, sum(1 for q in s.sequences if q.status == "running"))
+              for s in snaps}
+    if len({c[0] for c in counts}) < 2 or len({c[1] for c in counts}) != 1:
+        return ""
+    return ("The same sequences run on both sides, counted differently: vLLM v0 runs a "
+            "request's n samples as one sequence group (one request of n sequences), vLLM v1 "
+            "as n child requests of one parent (n requests).")
 
 
 def agreement_line(steps, step: int) -> str:

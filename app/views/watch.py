@@ -48,11 +48,11 @@ Start vLLM with prefix caching and KV cache events on, publishing over ZeroMQ:
 vllm serve MODEL --enable-prefix-caching \\
   --kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
                        "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558",
-                       "topic": "kv-events"}'
+                       "topic": "kv"}'
 ```
 
 Then enter **tcp://HOST:5557** here (the server binds `*`; you connect to its address), the
-same **topic** (empty = every topic), and, optionally, the **replay endpoint**
+same **topic** (`kv` here and in the README; empty = every topic), and, optionally, the **replay endpoint**
 `tcp://HOST:5558`: with it, batches missed in transit -- and the history the server still
 buffers when you connect -- are fetched again, so the tree below is complete.
 
@@ -254,7 +254,8 @@ def live_view() -> None:
     cols[1].metric("batches", view.batches)
     cols[2].metric("blocks stored", view.stored_total)
     cols[3].metric("blocks removed", view.removed_total)
-    cols[4].metric("malformed messages", sub.malformed_count,
+    # short labels: six metrics share the row, and a longer one was cut ("malformed messa…")
+    cols[4].metric("malformed", sub.malformed_count,
                    help="messages that were not KV event batches: counted and skipped")
     cols[5].metric("lost batches", sub.lost,
                    help="sequence numbers that never arrived and replay could not fill")

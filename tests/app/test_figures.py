@@ -215,7 +215,7 @@ def test_text_marks_block_boundaries(parallel_run):
     snap = results[-1].snapshot
     html = text_html(snap, fake_decode)
     assert html.count('class="seqtext"') == len(snap.sequences)
-    assert html.count('class="blk"') == sum(len(s.block_table) for s in snap.sequences)
+    assert html.count('class="blk ') == sum(len(s.block_table) for s in snap.sequences)
     pending = [s for s in snap.sequences if s.num_tokens > len(s.block_table) * snap.block_size]
     assert html.count('class="pending"') == len(pending) == 4    # sampled, K/V written next step
     s = snap.sequences[1]

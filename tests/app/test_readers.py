@@ -130,3 +130,110 @@ def test_pruned_beams_are_dashed_and_connectors_cross_nothing():
                     assert not (min(t.x) <= x <= max(t.x)), \
                         f"step {snap.step}: a fork connector crosses the line of row {r}"
     assert checked, "no pruned beam drawn"
+
+
+# 8. the paged row's empty last-block slots are "not yet filled", as the headline says; the
+#    per-request table fits (five columns) and never shows a raw None
+def test_waste_names_paged_slack_as_the_headline_does(swap_run):
+    from app.figures.address_space import address_space_figure
+    from app.figures.waste import request_table_long, waste_headline
+    eng, _ = swap_run
+    snap = next(s for s in eng.history
+                if any(0 < b.filled < s.block_size and b.ref_count for b in s.blocks))
+    fig = address_space_figure(snap)
+    names = {t.name for t in fig.data if len(t.x)}
+    assert "paged: last-block slots not yet filled" in names
+    paged = [t for t in fig.data if t.name.startswith("internal")]
+    assert all("Paged" not in y for t in paged for y in t.y), "paged slack drawn as never used"
+    assert "not yet filled" in waste_headline(snap)
+    table = request_table_long(snap)
+    assert list(table.columns) == ["request", "allocator", "slots", "tokens stored",
+                                   "empty slots", "note"]
+    assert "None" not in table.astype(str).to_string().replace("<NA>", "")
+    missing = table[table["slots"].isna()]
+    assert all(missing["note"].str.startswith("not admitted")), missing
+
+
+# 9. timeline lanes say what they count; the prefix-cache metric says tokens
+def test_prefix_counts_name_their_units(prefix_run):
+    from app.figures.metrics import metrics
+    from app.figures.timeline import timeline_figure
+    eng, _ = prefix_run
+    snaps = list(eng.history)
+    fig = timeline_figure(snaps)
+    lanes = {t.name: t.y[0] for t in fig.data}
+    assert lanes["prefix_hit"] == "prefix hit (blocks)"
+    m = {x.label: x.value for x in metrics(snaps[-1])}
+    assert m["prefix-cache hits"].endswith(" tokens")
+
+
+# 9, also wanted: each event in plain words, naming blocks and sequences as the page does
+def test_every_event_kind_has_plain_words(parallel_run, beam_run, swap_run, prefix_run):
+    from app.event_words import WORDS, describe
+    from engine.events import EVENT_KINDS
+    assert set(WORDS) == set(EVENT_KINDS)
+    seen = set()
+    for eng, _ in (parallel_run, beam_run, swap_run, prefix_run):
+        for snap in eng.history:
+            for e in snap.events:
+                text = describe(e, snap.block_size)
+                assert "{" not in text and "=" not in text, text
+                for field in ("seq_id", "physical", "src", "dst"):
+                    if hasattr(e, field):
+                        assert str(getattr(e, field)) in text, (e, text)
+                seen.add(e.kind)
+    assert {"alloc", "cow", "fork", "prefix_hit", "swap_out", "beam_prune", "free"} <= seen
+
+
+# 11. the Text tab's bands carry the Memory tab's state colours, by the block's state
+def test_text_bands_use_the_memory_tabs_state_colours(parallel_run):
+    import re
+    from app.figures.common import STATE_COLORS
+    from app.figures.text_view import text_html
+    eng, _ = parallel_run
+    snap = next(s for s in eng.history if s.stats.shared_blocks)
+    html = text_html(snap)
+    refs = {b.block_id: b.ref_count for b in snap.blocks}
+    bands = re.findall(r'class="blk (\w+)" style="([^"]*)"><sup[^>]*>P(\d+)<', html)
+    assert bands
+    for state, style, block in bands:
+        want = "shared" if refs[int(block)] > 1 else "used"
+        assert state == want and f"border-left:4px solid {STATE_COLORS[want]}" in style
+        other = STATE_COLORS["used" if want == "shared" else "shared"]
+        assert other not in style, f"P{block}'s band wears the other state's colour"
+
+
+# 12. an engine named as the API does becomes the Engine choice the page shows
+def test_refusals_name_the_engine_choice_not_the_api():
+    from app.state import page_words
+    from engine.sched.v1 import BEAM_SEARCH_IN_V1
+    text = page_words(BEAM_SEARCH_IN_V1)
+    assert "semantics=" not in text and "the Engine “vLLM v0”" in text
+
+
+# 13. no free real-vLLM slot: the message says when one frees
+def test_real_vllm_busy_says_when_a_slot_frees(monkeypatch):
+    from types import SimpleNamespace
+    from app.state import real_vllm_busy
+    monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "30")
+    closed = SimpleNamespace(disconnected_since=100.0)
+    text = real_vllm_busy(1, 1, [closed], now=112.0)
+    assert "frees in about 23 s" in text and "tab was closed" in text
+    open_tab = SimpleNamespace(disconnected_since=None)
+    assert "held by an open tab" in real_vllm_busy(1, 1, [open_tab], now=112.0)
+
+
+# 10. v0 and v1 count the same four samples as 1 and 4 running requests: the page says why
+def test_compare_says_why_running_counts_differ():
+    from app.views.compare import running_differs, running_words
+    from engine import SamplingParams
+    from .conftest import run_length_only
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=6, ignore_eos=True)
+    snaps = [run_length_only([list(range(1, 11))], params, 3, semantics=name)[0].history[-1]
+             for name in ("v0", "v1")]
+    assert [s.stats.num_running for s in snaps] == [1, 4]
+    assert running_words(snaps[0]) == "1 running request (4 sequences)"
+    assert running_words(snaps[1]) == "4 running requests"
+    why = running_differs(snaps)
+    assert "one sequence group" in why and "child requests" in why
+    assert running_differs([snaps[0], snaps[0]]) == ""

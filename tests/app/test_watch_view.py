@@ -132,7 +132,7 @@ def test_the_view_shows_the_blocks_the_engine_cached(page, engine):
     connect(page, endpoint, replay)
     rerun_until(page, lambda at: metric(at, "batches") == str(pub.published), "every batch")
     assert metric(page, "cached blocks") == str(len(cached))
-    assert metric(page, "malformed messages") == "0" and metric(page, "lost batches") == "0"
+    assert metric(page, "malformed") == "0" and metric(page, "lost batches") == "0"
     assert metric(page, "blocks stored") == str(n_cached)
 
     tree = chart(page, "fig_kv_tree")
@@ -190,7 +190,7 @@ def test_malformed_messages_are_counted_on_the_page_and_disconnect_closes(page, 
                                                       "GPU", None)], 0)
         xpub.send_multipart([b"", (1).to_bytes(8, "big"), encode_batch(good)])
         rerun_until(page, lambda at: metric(at, "batches") == "1", "the good batch")
-        assert metric(page, "malformed messages") == "1"
+        assert metric(page, "malformed") == "1"
         assert metric(page, "cached blocks") == "1"
         assert any("malformed" in e.label for e in page.expander)
         sub = page.session_state["kv_watch"].subscriber
