@@ -22,14 +22,15 @@ def _seqs(ids) -> str:
     return ("seq " if len(ids) == 1 else "seqs ") + ", ".join(map(str, ids))
 
 
-def narrate(snapshot, previous=None, decode=None) -> str:
+def narrate(snapshot, previous=None, decode=None, cue: bool = True) -> str:
+    """``cue``: end the first step's text with what to press (the page); slides leave it out."""
     events = list(snapshot.events)
     if snapshot.kind == "init":
         queued = snapshot.stats.num_waiting
         if not queued:
             return "Nothing has run yet, and no request is queued."
         return (f"Nothing has run yet: {queued} request{'s are' if queued != 1 else ' is'} "
-                "queued and every block of the pool is free. Press Step.")
+                "queued and every block of the pool is free." + (" Press Step." if cue else ""))
     if not events:
         return f"Step {snapshot.step} ({snapshot.kind}): nothing to run — no memory changed."
     by = defaultdict(list)

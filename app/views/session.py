@@ -11,6 +11,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from app import hosting, state
 from app.scenarios import DEFAULT_SCENARIO, REAL_VLLM, Settings, engine_choice
 from app.state import Lab
+from app.views import link
 from app.views.common import log
 
 FIELDS = [f.name for f in fields(Settings) if f.name not in ("scenario", "semantics", "real_vllm")]
@@ -56,6 +57,8 @@ def get_lab() -> Lab:
         lab.session_id = ctx.session_id if ctx else None
         st.session_state.lab = lab
         show_settings(lab.settings)
+        with lab.in_use():               # a link opens where the teacher is (app/views/link.py)
+            link.open_from_link(lab, show_settings)
         state.freeze_long_lived()        # once per process (the model is loaded now)
     lab = st.session_state.lab
     with lab.in_use():                   # touched first: the sweep below never takes this one

@@ -237,3 +237,57 @@ def test_compare_says_why_running_counts_differ():
     why = running_differs(snaps)
     assert "one sequence group" in why and "child requests" in why
     assert running_differs([snaps[0], snaps[0]]) == ""
+
+
+# 5. a link carries scenario and step, or lesson and checkpoint, and opens there
+def _open(monkeypatch, **query):
+    from streamlit.testing.v1 import AppTest
+    from .conftest import MODEL, ROOT
+    monkeypatch.setenv("PAGED_LAB_MODEL", MODEL)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=180)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception
+    return at
+
+
+def test_a_link_opens_the_scenario_at_its_step(monkeypatch):
+    at = _open(monkeypatch, scenario="parallel", step="2")
+    assert lab(at).settings.scenario == "parallel" and lab(at).current().step == 2
+    assert at.selectbox(key="w_scenario").value == "parallel"
+    at2 = _open(monkeypatch, lesson="parallel", checkpoint="2")
+    run = at2.session_state["lesson_run"]
+    assert run.lesson.key == "parallel" and run.index == 1
+    assert at2.radio(key="w_mode").value == "Lessons"
+    bad = _open(monkeypatch, scenario="nope", step="2")
+    assert any("scenario='nope'" in e.value for e in bad.error)
+    assert lab(bad).current().step == 0
+
+
+# 4. slides: the page's scenario name, no "Press Step.", ref counts, the lesson's questions,
+#    copy-on-write and Waste figures
+def test_slides_carry_what_the_page_shows(parallel_run):
+    import json
+    import re
+    from app.figures.slides import slides_deck
+    from app.narration import narrate
+    eng, _ = parallel_run
+    snaps = list(eng.history)
+    prev = {id(s): (snaps[i - 1] if i else None) for i, s in enumerate(snaps)}
+    lesson = LESSONS["parallel"]
+    deck = slides_deck(snaps, None, lambda s: narrate(s, prev[id(s)], None, cue=False),
+                       title="PagedAttention Lab: Parallel sampling",
+                       questions=[(c.text, c.question.text if c.question else None)
+                                  for c in lesson.checkpoints])
+    data = json.loads(re.search(r"const SLIDES = (.*?);\n", deck.html).group(1)
+                      .replace("<\\/", "</"))
+    assert "Press Step" not in data[0]["text"]
+    assert data[1]["kind"] == "lesson"
+    import html
+    assert all(html.escape(c.question.text) in data[1]["text"]
+               for c in lesson.checkpoints if c.question)
+    cow = [s for s in data if "cow" in s]
+    assert cow and all("refcount" in s["text"] for s in cow)
+    assert all("waste" in s for s in data if s["kind"] not in ("lesson", "init"))
