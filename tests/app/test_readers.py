@@ -43,6 +43,21 @@ def test_answer_box_is_empty_at_each_new_checkpoint(app):
     assert asked >= 2
 
 
+# 17. the README's command reads a config without the file watcher
+
+def test_the_readme_command_runs_without_a_file_watcher():
+    """The watcher walks every module in sys.modules after each run; under real vLLM that
+    includes transformers' lazy model packages, whose optional imports (torchvision) then log
+    a traceback each (2,472 in 12 minutes, issue 38). The config the README's command reads
+    turns it off."""
+    import subprocess
+    import sys
+    from .conftest import ROOT
+    shown = subprocess.run([sys.executable, "-m", "streamlit", "config", "show"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60).stdout
+    assert 'fileWatcherType = "none"' in shown
+
+
 # ---- pure figures ----------------------------------------------------------------------------
 def _curve(path: str, n: int = 60):
     """Points of a quadratic path "M x0,y0 Q cx,cy x1,y1" (the pool's arrows)."""
