@@ -86,15 +86,16 @@ def make_params(s: Settings) -> SamplingParams:
         length_penalty=s.length_penalty if beams else 1.0, ignore_eos=s.ignore_eos)
 
 
-def build_engine(s: Settings, replacing=None):
+def build_engine(s: Settings, replacing=None, browser: str | None = None):
     """A fresh engine with the settings' requests queued; ValueError names the first problem.
     With ``s.real_vllm``, a ``VllmPageEngine`` (real vLLM, our v1 beside it); ``replacing``:
-    the engine it will replace (not counted against PAGED_LAB_REAL_VLLM)."""
+    the engine it will replace (not counted against PAGED_LAB_REAL_VLLM); ``browser``: the
+    asking tab's browser (``Lab.browser``): its other tabs hand their real vLLM over."""
     config = make_config(s)          # cheap checks first: nothing is loaded if these fail
     params = make_params(s)
     prompts = parse_prompts(s.prompts)
     if s.real_vllm:
-        check_real_vllm_allowed(replacing)
+        check_real_vllm_allowed(replacing, browser)
     hosting.check_resources(config)  # config.json + weight headers only; nothing allocated yet
     with _build_lock:
         engine = Engine(config)
@@ -129,9 +130,10 @@ def real_vllm_status() -> tuple[bool, str]:
     return True, line
 
 
-def check_real_vllm_allowed(replacing=None) -> None:
+def check_real_vllm_allowed(replacing=None, browser: str | None = None) -> None:
     """ValueError unless vLLM is usable here, the server turned the choice on, and a real-vLLM
-    slot is free (``replacing``, the session's own engine, does not hold one)."""
+    slot is free (``replacing``, the session's own engine, does not hold one; another tab of
+    the same ``browser`` hands its slot over)."""
     from real_vllm.environment import VllmUnavailable, import_vllm, vllm_status
     usable, why = vllm_status()          # not installed: the one command that adds it
     if not usable:
@@ -147,7 +149,29 @@ def check_real_vllm_allowed(replacing=None) -> None:
     if len(busy) >= limit:
         holders = [lab for lab in (ref() for ref in _LABS.valuerefs())
                    if lab is not None and lab.engine in busy]
+        if hand_over_real_vllm(holders, browser):
+            busy = [e for e in busy if not e.closed]
+    if len(busy) >= limit:
         raise ValueError(real_vllm_busy(len(busy), limit, holders))
+
+
+def hand_over_real_vllm(holders, browser: str | None) -> int:
+    """Release the labs among ``holders`` shown in another tab of ``browser`` (a reloaded or
+    closed tab kept the only slot for ~30 s, issue 38); a lab a script run holds right now is
+    left alone. Returns how many were released."""
+    if not browser:
+        return 0
+    released = 0
+    for lab in holders:
+        if lab.browser != browser or not lab._lock.acquire(blocking=False):
+            continue
+        try:
+            if not lab.released:
+                lab.release("handed over")
+                released += 1
+        finally:
+            lab._lock.release()
+    return released
 
 
 def real_vllm_busy(n_busy: int, limit: int, holders, now: float | None = None) -> str:
@@ -209,7 +233,8 @@ class Lab:
     figures: FigureCache = field(default_factory=FigureCache)   # by the snapshots they draw
     session_id: str | None = None               # the Streamlit session showing this lab
     disconnected_since: float | None = None     # when the sweeper first saw it disconnected
-    released_why: str = ""                      # "idle" or "disconnected" (the note says which)
+    released_why: str = ""                      # "idle", "disconnected" or "handed over"
+    browser: str | None = None                  # a digest of the browser's cookie: its tabs
     # the Watch vLLM tab's subscription (app/views/watch.py: anything with close(why)), held
     # here so it is closed with the engine, by the same sweep
     watch: object | None = None
@@ -269,7 +294,9 @@ class Lab:
         self.released = False
         self.disconnected_since = None
         if self.apply(self.settings):
-            if self.released_why == "disconnected":
+            if self.released_why == "handed over":
+                why = "A newer tab of this browser took over this page's real vLLM"
+            elif self.released_why == "disconnected":
                 why = "This page was disconnected from the server for too long"
             else:
                 minutes = (hosting.idle_seconds() or 0) / 60
@@ -286,8 +313,8 @@ class Lab:
         """Rebuild from ``settings``; on failure keep everything and set ``error``."""
         try:
             # real vLLM: the session's own engine does not count against the server's limit
-            engine = (build_engine(settings, replacing=self.engine) if settings.real_vllm
-                      else build_engine(settings))
+            engine = (build_engine(settings, replacing=self.engine, browser=self.browser)
+                      if settings.real_vllm else build_engine(settings))
         except Exception as exc:
             self.error = _message(exc)
             return False

@@ -45,8 +45,9 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
             trow[logical] = f"<b>{label}</b>" + (f" ×{rc}" if rc > 1 else "")
             lines = [f"seq {s.seq_id}, logical block {logical} → <b>{label}</b>",
                      f"refcount {rc}" + (f" · filled {block.filled}/{snapshot.block_size}" if block else "")]
-            if block is not None and len(block.seq_ids) > 1:
-                lines.append("held by seqs " + ", ".join(map(str, block.seq_ids)))
+            if block is not None and block.seq_ids:
+                lines.append(("held by seq " if len(block.seq_ids) == 1 else "held by seqs ")
+                             + ", ".join(map(str, block.seq_ids)))
             toks = s.token_ids[logical * snapshot.block_size:(logical + 1) * snapshot.block_size]
             lines.append("tokens: " + " | ".join(show_token(t) for t in token_strings(toks, decode)))
             hrow[logical] = "<br>".join(lines)

@@ -39,7 +39,8 @@ def cell_hover(block, block_size: int, decode=None) -> str:
     lines = [f"<b>{block_label(block.block_id, block.device)}</b> ({cell_state(block)})",
              f"refcount {block.ref_count} · filled {block.filled}/{block_size} slots"]
     if block.seq_ids:
-        lines.append("table of seq " + ", ".join(map(str, block.seq_ids)))
+        lines.append(("held by seq " if len(block.seq_ids) == 1 else "held by seqs ")
+                     + ", ".join(map(str, block.seq_ids)))
     if block.block_hash:
         lines.append(f"hash {block.block_hash[:12]}")
     if block.token_ids:

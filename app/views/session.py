@@ -50,11 +50,22 @@ def _session_connected(session_id: str) -> bool:
     return not Runtime.exists() or Runtime.instance().is_active_session(session_id)
 
 
+def browser_id() -> str | None:
+    """A digest of the browser's XSRF cookie, which every tab of one browser shares (Tornado
+    sets it once per browser); None without one (AppTest, XSRF protection off)."""
+    import hashlib
+    token = st.context.cookies.get("_streamlit_xsrf")
+    if not isinstance(token, str) or not token:  # AppTest's context is a stand-in
+        return None
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
 def get_lab() -> Lab:
     if "lab" not in st.session_state:
         lab = Lab.create(DEFAULT_SCENARIO)
         ctx = get_script_run_ctx()
         lab.session_id = ctx.session_id if ctx else None
+        lab.browser = browser_id()
         st.session_state.lab = lab
         show_settings(lab.settings)
         with lab.in_use():               # a link opens where the teacher is (app/views/link.py)

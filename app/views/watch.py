@@ -215,7 +215,9 @@ def _status(w: Watch, now: float | None = None) -> str:
 
 
 def _ended_note(why: str) -> str:
-    if why == "disconnected":
+    if why == "handed over":
+        cause = "a newer tab of this browser took over this page's real vLLM"
+    elif why == "disconnected":
         cause = "this page was disconnected from the server for too long"
     else:
         minutes = (hosting.idle_seconds() or 0) / 60

@@ -306,3 +306,58 @@ def test_slides_carry_what_the_page_shows(parallel_run):
     cow = [s for s in data if "cow" in s]
     assert cow and all("refcount" in s["text"] for s in cow)
     assert all("waste" in s for s in data if s["kind"] not in ("lesson", "init"))
+
+
+# also wanted: a block's hover names its tokens and the sequences that hold it, on both figures
+def test_block_hovers_name_tokens_and_holders(parallel_run):
+    from app.figures.block_tables import block_table_figure
+    from app.figures.pool_grid import pool_figure
+    eng, _ = parallel_run
+    snap = next(s for s in eng.history if s.stats.shared_blocks)
+    decode = lambda ids: [f"t{i}" for i in ids]              # noqa: E731
+    pool = next(t for t in pool_figure(snap, decode).data if t.type == "heatmap")
+    hovers = {h.split("</b>")[0].split("<b>")[-1]: h for row in pool.customdata for h in row if h}
+    tables = next(t for t in block_table_figure(snap, decode).data if t.type == "heatmap")
+    cells = [h for row in tables.customdata for h in row if h]
+    for b in snap.blocks:
+        if not b.ref_count:
+            continue
+        holders = ", ".join(map(str, b.seq_ids))
+        h = hovers[f"P{b.block_id}"]
+        assert f"held by seq{'s' if len(b.seq_ids) > 1 else ''} {holders}" in h
+        assert all(f"t{t}" in h for t in b.token_ids), h
+        assert any(f"<b>P{b.block_id}</b>" in c and holders in c for c in cells)
+
+
+# 13. another tab of the same browser hands its real-vLLM slot over; other browsers keep theirs
+def test_a_tab_of_the_same_browser_hands_real_vllm_over():
+    import threading
+    from app.state import hand_over_real_vllm
+
+    class Holder:
+        def __init__(self, browser):
+            self.browser, self.released, self.why = browser, False, None
+            self._lock = threading.RLock()
+
+        def release(self, why):
+            self.released, self.why = True, why
+
+    mine, theirs, busy = Holder("b1"), Holder("b2"), Holder("b1")
+    held = threading.Event()
+    done = threading.Event()
+
+    def hold():                          # a script run of that tab holds its lab right now
+        with busy._lock:
+            held.set()
+            done.wait(5)
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    try:
+        assert hand_over_real_vllm([mine, theirs, busy], "b1") == 1
+    finally:
+        done.set()
+        t.join()
+    assert mine.released and mine.why == "handed over"
+    assert not theirs.released and not busy.released
+    assert hand_over_real_vllm([theirs], None) == 0
