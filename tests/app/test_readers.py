@@ -361,3 +361,25 @@ def test_a_tab_of_the_same_browser_hands_real_vllm_over():
     assert mine.released and mine.why == "handed over"
     assert not theirs.released and not busy.released
     assert hand_over_real_vllm([theirs], None) == 0
+
+
+# 3. a question on a step that prefilled several sequences says it wants their total, and the
+#    end of a lesson in the projector (no sidebar) points at the projector's Lesson menu
+def test_prefill_question_is_unambiguous_and_the_end_fits_the_projector(app):
+    from app.lessons import prefill_tokens
+    for lesson in LESSONS.values():
+        for cp in lesson.checkpoints:
+            if cp.question is not None and cp.question.answer is prefill_tokens \
+                    and lesson.key == "preemption":
+                assert "together" in cp.question.text, cp.question.text
+    at = app
+    at.session_state["w_projector"] = True
+    _lessons(at, "single")
+    for _ in range(12):
+        nxt = [b for b in at.button if b.key == "lesson_next"]
+        if not nxt:
+            break
+        nxt[0].click().run()
+        assert not at.exception
+    done = [s.value for s in at.success if s.value.startswith("Lesson complete")]
+    assert done and "sidebar" not in done[0] and "Lesson menu above" in done[0]
