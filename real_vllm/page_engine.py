@@ -45,6 +45,27 @@ def page_settings_problems(engine, params_list) -> list[str]:
     return problems
 
 
+_warmed: set[int] = set()                   # vocabulary sizes compiled in this process
+
+
+def warm_up_sampler(vocab_size: int) -> float:
+    """Compile vLLM's logprob rank count now, not on the first Step. vLLM 0.32's sampler runs
+    ``batched_count_greater_than`` (vllm/v1/sample/ops/logprobs.py, ``torch.compile``) inside
+    ``Sampler.gather_logprobs`` on the first step that returns logprobs: that first Step took
+    7.5 s against 0.02 s for the next ones here (issue 38: the page sat greyed at step 0 for
+    17 s). The call is vLLM's own static method on throwaway tensors of the model's
+    vocabulary: no request, block or random state is touched. Seconds spent (0 if done)."""
+    if vocab_size in _warmed:
+        return 0.0
+    import torch
+    from vllm.v1.sample.sampler import Sampler
+    t0 = time.perf_counter()
+    logprobs = torch.zeros(2, vocab_size).log_softmax(dim=-1, dtype=torch.float32)
+    Sampler.gather_logprobs(logprobs, 1, torch.zeros(2, dtype=torch.int64))
+    _warmed.add(vocab_size)
+    return time.perf_counter() - t0
+
+
 class VllmPageEngine:
     def __init__(self, ours, *, seed: int = 0):
         t0 = time.perf_counter()
@@ -56,6 +77,8 @@ class VllmPageEngine:
         self.lockstep.step_vllm = self.observer.step
         self.ours = ours
         self.seed = seed
+        with VLLM_LOCK:
+            self.warm_up_s = warm_up_sampler(self.lockstep.vllm.llm.model_config.get_vocab_size())
         self.startup_s = time.perf_counter() - t0
         self.step_times: list[float] = []      # wall time of each lockstep step, vLLM's alone
         self._requests = 0                     # in snapshot.step_time_s

@@ -78,7 +78,8 @@ def starting(settings):
         return
     # the others in this process go on meanwhile (app/turns.py); this lab stays held
     with st.spinner("Starting real vLLM in this server (about 2 s; the first time also "
-                    "imports vLLM, about 7 s)…", show_time=True), TURNS.paused():
+                    "imports vLLM and compiles its sampler, about 10 s, so that no Step "
+                    "waits for it)…", show_time=True), TURNS.paused():
         yield
 
 

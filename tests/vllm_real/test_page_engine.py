@@ -68,3 +68,38 @@ def test_real_vllm_snapshots_equal_our_v1s(monkeypatch, vllm_ready, scenario):
         print(f"\n{scenario}: {engine.summary()}; events {dict(kinds)}")
     finally:
         engine.close()
+
+
+WARM_SCRIPT = """
+import json, os, sys, time
+sys.path.insert(0, os.getcwd())
+os.environ["PAGED_LAB_REAL_VLLM"] = "1"
+from app.scenarios import REAL_VLLM, preset, under_engine
+from app.state import build_engine
+t0 = time.perf_counter()
+engine = build_engine(under_engine(preset("parallel", sys.argv[1]), REAL_VLLM))
+start = time.perf_counter() - t0
+steps = []
+for _ in range(3):
+    t0 = time.perf_counter(); engine.step(); steps.append(time.perf_counter() - t0)
+print(json.dumps({"start": start, "warm_up": engine.warm_up_s, "steps": steps}))
+engine.close()
+"""
+
+
+def test_the_first_step_is_as_quick_as_the_next(vllm_ready):
+    """Issue 38: vLLM compiled its sampler's rank count on the first Step (7.5 s here, then
+    0.02 s a step), leaving the page greyed at step 0; the page engine compiles it while real
+    vLLM starts. A fresh process, so nothing was compiled before."""
+    import json
+    import subprocess
+    import sys
+    from tests.app.conftest import ROOT
+    out = subprocess.run([sys.executable, "-c", WARM_SCRIPT, MODEL], cwd=ROOT, text=True,
+                         capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"\nreal vLLM start {got['start']:.1f} s (sampler warm-up {got['warm_up']:.1f} s), "
+          "steps " + ", ".join(f"{s:.2f}" for s in got["steps"]) + " s")
+    assert got["warm_up"] > 0
+    assert got["steps"][0] < 1.5, "the first Step still compiles something"
