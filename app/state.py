@@ -274,8 +274,8 @@ class Lab:
 
     def release(self, why: str = "idle") -> None:
         """Give back the engine (KV pool, history), a replayed trace, the Compare engines and
-        the Watch tab's subscription; ``why`` ("idle" or "disconnected") is what the note says
-        when the session returns."""
+        the Watch tab's subscription; ``why`` ("idle", "disconnected", "handed over") is what
+        the note says when the session returns."""
         if self.engine is not None:
             self.engine.close()          # real vLLM's engine core, a KV event publisher
         self.engine, self._compare, self._sweep = None, None, None
@@ -293,17 +293,25 @@ class Lab:
         trace, name, view = self.trace, self.trace_name, self.view   # uploaded since then
         self.released = False
         self.disconnected_since = None
+        if self.released_why == "handed over" and self.settings.real_vllm:
+            # the newer tab keeps real vLLM (taking it back here would hand it to and fro):
+            # this one runs our v1 engine, the same rules, until Real vLLM is chosen again
+            self.settings = self.settings.replace(real_vllm=False)
         if self.apply(self.settings):
             if self.released_why == "handed over":
-                why = "A newer tab of this browser took over this page's real vLLM"
+                self.notice = ("A newer tab of this browser took over this page's real vLLM "
+                               "(one slot on this server): this tab now runs our vLLM v1 engine "
+                               "on the same settings. Choose Real vLLM again to take it back.")
+                why = None
             elif self.released_why == "disconnected":
                 why = "This page was disconnected from the server for too long"
             else:
                 minutes = (hosting.idle_seconds() or 0) / 60
                 unit = "minute" if minutes == 1 else "minutes"
                 why = f"This session was idle for more than {minutes:g} {unit}"
-            self.notice = (f"{why}, so the server released its engine and history to free "
-                           "memory: this is a fresh engine with your settings.")
+            if why is not None:
+                self.notice = (f"{why}, so the server released its engine and history to "
+                               "free memory: this is a fresh engine with your settings.")
         if trace is not None:
             self.load_trace(trace, name)
             self.view = view

@@ -24,6 +24,8 @@ def on_step() -> None:
 @guarded
 def _on_reset() -> None:
     lab = st.session_state.lab
+    if lab.released:      # the whole-page run revives it, with its note (get_lab); a rebuild
+        return            # here would also take back a real vLLM another tab was handed
     with starting(lab.settings):
         lab.apply(lab.settings)
 

@@ -51,13 +51,25 @@ def _session_connected(session_id: str) -> bool:
 
 
 def browser_id() -> str | None:
-    """A digest of the browser's XSRF cookie, which every tab of one browser shares (Tornado
-    sets it once per browser); None without one (AppTest, XSRF protection off)."""
+    """A digest of the token in the browser's XSRF cookie, which every tab of one browser
+    shares; None without one (AppTest, XSRF protection off). The cookie is re-masked on each
+    page load ("2|mask|masked token|timestamp", the version-2 format of Tornado that Streamlit
+    keeps: streamlit/web/server/starlette/starlette_app_utils.py, decode_xsrf_token_string),
+    so the token is unmasked first: the raw cookie differs between two tabs."""
     import hashlib
-    token = st.context.cookies.get("_streamlit_xsrf")
-    if not isinstance(token, str) or not token:  # AppTest's context is a stand-in
+    cookie = st.context.cookies.get("_streamlit_xsrf")
+    if not isinstance(cookie, str) or not cookie:  # AppTest's context is a stand-in
         return None
-    return hashlib.sha256(token.encode()).hexdigest()[:16]
+    parts = cookie.split("|")
+    try:
+        if parts[0] == "2" and len(parts) == 4:
+            mask, masked = bytes.fromhex(parts[1]), bytes.fromhex(parts[2])
+            token = bytes(b ^ mask[i % len(mask)] for i, b in enumerate(masked))
+        else:
+            token = cookie.encode()
+    except ValueError:
+        return None
+    return hashlib.sha256(token).hexdigest()[:16]
 
 
 def get_lab() -> Lab:
@@ -81,4 +93,5 @@ def get_lab() -> Lab:
             log.error("server settings: %s", exc)
         if lab.released:                 # this session was idle: a fresh engine, and a note
             lab.revive()
+            show_settings(lab.settings)  # revive may change them (real vLLM handed over)
     return lab

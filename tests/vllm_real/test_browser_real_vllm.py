@@ -99,3 +99,55 @@ def test_real_vllm_on_the_page_matches_its_adapter_and_agrees_with_ours(
           f"server: vLLM's import included); Step click median {statistics.median(vllm_clicks):.2f} s "
           f"with real vLLM + our v1 in lockstep vs {statistics.median(ours_clicks):.2f} s "
           f"with our engine alone (the default preset, vLLM v0 rules)")
+
+
+def test_a_new_tab_of_the_same_browser_takes_the_only_slot_over(vllm_ready, monkeypatch,
+                                                                 tmp_path):
+    """Issue 38: with PAGED_LAB_REAL_VLLM=1 a reloaded or second tab was told "Real vLLM
+    already runs in 1 session(s)" for ~30 s. A tab of the same browser (one XSRF cookie) takes
+    the slot over, the first tab says why when it is used again, and another browser is told
+    when a slot frees."""
+    monkeypatch.setenv("PAGED_LAB_REAL_VLLM", "1")
+    port = free_port()
+    proc = start_server(port, MODEL, str(tmp_path / "server.log"))
+    url = f"http://127.0.0.1:{port}"
+
+    def choose_real_vllm(page) -> None:
+        page.get_by_text("Real vLLM", exact=True).click()
+
+    try:
+        wait_healthy(port, proc)
+        with pw.sync_playwright() as p:
+            ctx = launch(p)
+            first = ctx.new_page()
+            open_lab(first, url)
+            choose_real_vllm(first)
+            first.get_by_text("Real vLLM: real vLLM", exact=False).first.wait_for(
+                timeout=120_000)
+            second = ctx.new_page()                      # the same browser: its cookie
+            open_lab(second, url)
+            t0 = time.perf_counter()
+            choose_real_vllm(second)
+            second.get_by_text("Real vLLM: real vLLM", exact=False).first.wait_for(
+                timeout=120_000)
+            print(f"\nthe second tab got real vLLM in {time.perf_counter() - t0:.1f} s")
+            assert not second.get_by_text("already runs in", exact=False).count()
+            click_step(second)
+            other = launch(p)                            # another browser: no hand-over
+            third = other.new_page()
+            open_lab(third, url)
+            choose_real_vllm(third)
+            refusal = third.get_by_text("already runs in 1 session(s)", exact=False).first
+            refusal.wait_for(timeout=60_000)
+            assert "held by an open tab" in refusal.inner_text()
+            first.get_by_role("button", name="⟲ Reset").click()   # the first tab, used again
+            first.get_by_text("A newer tab of this browser took over", exact=False).first \
+                .wait_for(timeout=60_000)
+            for page in (first, second, third):
+                assert not exceptions_on(page), exceptions_on(page)
+            other.close()
+            ctx.close()
+    finally:
+        stop_server(proc)
+        print("\nserver log tail:\n" + "\n".join(
+            (tmp_path / "server.log").read_text().splitlines()[-8:]))
