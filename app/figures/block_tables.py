@@ -73,8 +73,9 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
         per_line=2, right=True)
     return make_figure(traces, layout(
         # fixed margins, no automargin (see pool_grid): the left one fits the longest row label
-        title, height=130 + bottom + 44 * len(seqs),
-        margin=dict(l=left, r=10, t=80, b=bottom),
+        # rows of 40 px hold one line of 18-px labels: the projector keeps this height
+        title, height=120 + bottom + 40 * len(seqs), meta=dict(rows_fit_projector=True),
+        margin=dict(l=left, r=10, t=70, b=bottom),
         annotations=[note],
         yaxis=dict(automargin=False, autorange="reversed", showgrid=False),
         xaxis=dict(automargin=False, side="top", showgrid=False, title=None)))

@@ -224,7 +224,12 @@ def for_projector(fig: go.Figure, minimum: int = PROJECTOR_MIN_FONT) -> go.Figur
     if isinstance(title, dict):
         title.setdefault("font", {})["size"] = max(title.get("font", {}).get("size") or 0,
                                                    minimum + 4)
-    if "height" in layout_dict:                 # larger type needs a little more room
+    # larger type needs a little more room, unless the figure's rows were sized for 18 px
+    # text already (layout meta "rows_fit_projector": the block tables, so that at 1280x720
+    # their legend stays on the first screen, issue 38)
+    fits = isinstance(layout_dict.get("meta"), dict) and layout_dict["meta"].get(
+        "rows_fit_projector")
+    if "height" in layout_dict and not fits:
         layout_dict["height"] = int(layout_dict["height"] * 1.15)
     margin = layout_dict.get("margin", {})
     if margin.get("l", 0) > 30:                 # a margin sized for 12 px tick labels

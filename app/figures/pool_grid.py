@@ -6,6 +6,8 @@ Hover a cell for its fill, owners, hash and the tokens it holds.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import plotly.graph_objects as go
 
 from app.figures.common import (COW_COLOR, STATE_COLORS, STATE_LABELS, SWAP_COLOR, block_label,
@@ -53,10 +55,16 @@ def _position(i: int, cols: int, row0: int = 0) -> tuple[int, int]:
     return i % cols, row0 + i // cols
 
 
-def pool_figure(snapshot, decode=None, show_moves: bool = True) -> go.Figure:
+def pool_figure(snapshot, decode=None, show_moves: bool = True, cpu_pool: bool = True
+                ) -> go.Figure:
+    """``cpu_pool=False`` leaves out a CPU swap pool that holds nothing (preemption by
+    recompute never uses it): its empty rows pushed the GPU pool's legend below a 720-px
+    screen (issue 38). A CPU pool holding a swapped-out block is always drawn."""
     title = f"Physical block pool — step {snapshot.step}"
     if not snapshot.blocks:
         return empty(title, "this snapshot holds no per-block detail")
+    if not cpu_pool and not any(b.ref_count for b in snapshot.cpu_blocks):
+        snapshot = dataclasses.replace(snapshot, cpu_blocks=())
     bs = snapshot.block_size
     cols = columns_for(len(snapshot.blocks))
     gpu_rows = -(-len(snapshot.blocks) // cols)

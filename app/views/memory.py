@@ -20,5 +20,8 @@ def draw(shown: Shown) -> None:
             st.table(pd.DataFrame(rows).set_index("seq"))
             shown.chart(cow.cow_figure, snap, prev, key="fig_cow")
         how_to_read("cow")
+    # the CPU swap pool only where the engine swaps (a replay: where its trace swapped)
+    swaps = (any(b.ref_count for s in shown.snaps for b in s.cpu_blocks) if shown.lab.replaying
+             else shown.lab.settings.preemption_mode == "swap")
     with right:
-        shown.chart(pool_grid.pool_figure, snap, decode, key="fig_pool", how="pool")
+        shown.chart(pool_grid.pool_figure, snap, decode, True, swaps, key="fig_pool", how="pool")

@@ -150,3 +150,32 @@ def test_the_server_log_has_no_tracebacks(server, browser):
     text = log.read_text()
     assert "Traceback" not in text and "torchvision" not in text, text[-2000:]
 
+
+
+# 2: in the projector at 1280x720 the block tables end on the first screen, their legend
+#    included, and so does the pool's bottom row (mixed, step 2: five sequences, 24 blocks)
+FIGURE_BOTTOMS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')]
+  .filter(p => p.offsetParent)
+  .map(p => {
+    const title = p.querySelector('.gtitle').textContent;
+    const pool = title.startsWith('Physical block pool');
+    const texts = [...p.querySelectorAll(pool ? '.heatmaplayer text, g.hm text, .textpoint text'
+                                              : 'text')].filter(t => t.textContent.trim());
+    const cells = pool && !texts.length
+      ? [...p.querySelectorAll('text')].filter(t => /^P\d/.test(t.textContent.trim())) : texts;
+    return [title, Math.max(...cells.map(t => t.getBoundingClientRect().bottom))];
+  })"""
+
+
+def test_the_projector_shows_whole_figures_on_the_first_screen(server, browser):
+    url, _ = server
+    page = browser.new_page()
+    _open(page, url, "?scenario=mixed&step=2&projector=1", 2)
+    page.mouse.move(1275, 5)
+    page.wait_for_timeout(600)
+    bottoms = page.evaluate(FIGURE_BOTTOMS_JS)
+    print(f"\nfigure text bottoms at 1280x720: {bottoms}")
+    assert len(bottoms) == 2, bottoms
+    for title, bottom in bottoms:
+        assert bottom <= 720, f"{title}: its text ends at {bottom:.0f} px, below the screen"
+    page.close()
