@@ -383,3 +383,16 @@ def test_prefill_question_is_unambiguous_and_the_end_fits_the_projector(app):
         assert not at.exception
     done = [s.value for s in at.success if s.value.startswith("Lesson complete")]
     assert done and "sidebar" not in done[0] and "Lesson menu above" in done[0]
+
+
+# 2: the CPU swap pool is drawn where the engine swaps, and left out where it never can
+def test_the_cpu_pool_is_drawn_only_where_the_engine_swaps(app):
+    from .test_page import pool_cells
+    at = app
+    at.selectbox(key="w_scenario").set_value("mixed").run()
+    assert not [c for c in pool_cells(chart(at, "fig_pool")) if c.startswith("C")]
+    at.radio(key="w_preemption_mode").set_value("swap")
+    at.form_submit_button[0].click().run()
+    assert not at.exception and lab(at).settings.preemption_mode == "swap"
+    cpu = [c for c in pool_cells(chart(at, "fig_pool")) if c.startswith("C")]
+    assert len(cpu) == lab(at).settings.num_cpu_blocks
