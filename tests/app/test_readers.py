@@ -396,3 +396,38 @@ def test_the_cpu_pool_is_drawn_only_where_the_engine_swaps(app):
     assert not at.exception and lab(at).settings.preemption_mode == "swap"
     cpu = [c for c in pool_cells(chart(at, "fig_pool")) if c.startswith("C")]
     assert len(cpu) == lab(at).settings.num_cpu_blocks
+
+
+# 15. under real vLLM: the prefix tree counts in steps and names its nodes, the Waste rows name
+#     real vLLM, the Events tab's sentence ends
+def test_real_vllm_views_name_what_they_show(prefix_run):
+    import dataclasses
+    import inspect
+    from app.figures.prefix_tree import prefix_tree_figure
+    from app.figures.waste import allocator_label
+    from app.views import events
+    from engine.kv_events.cache_view import CachedBlock
+    blocks = [CachedBlock(bytes([i]) * 32, bytes([i - 1]) * 32 if i else None, (i,) * 4, 4, 0,
+                          "GPU", 0, i, 0.0, stores) for i, stores in enumerate([1, 2, 3, 1])]
+    fig = prefix_tree_figure(blocks)
+    nodes = [t for t in fig.data if t.customdata]
+    assert not any(t.marker.showscale or t.marker.colorbar.title.text for t in nodes)
+    assert {t.name for t in nodes} == {"stored once", "stored twice", "stored 3× or more"}
+    assert all(text == h[:6] for t in nodes for text, h in zip(t.text, t.customdata))
+    eng, _ = prefix_run
+    snap = eng.history[-1]
+    assert allocator_label("paged", snap) == "Paged (this engine)"
+    assert allocator_label("paged", dataclasses.replace(snap, semantics="vllm")) == \
+        "Paged (real vLLM)"
+    assert "rebuilds a `vllm serve`'s prefix cache." in inspect.getsource(events)
+
+
+# 16. the Watch tab's how-to and the README name the same topic
+def test_watch_help_and_readme_use_one_topic():
+    import re
+    from app.views.watch import HELP
+    from .conftest import ROOT
+    readme = (ROOT / "README.md").read_text()
+    topics = set(re.findall(r'"topic": "([^"]+)"', readme)) | set(
+        re.findall(r'"topic": "([^"]+)"', HELP))
+    assert topics == {"kv"}, topics
