@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app.figures.common import (NARROW_PX, STATE_COLORS, STATE_LABELS, block_label,
+from app.figures.common import (FONT_SIZE, NARROW_PX, PROJECTOR_MIN_FONT, STATE_COLORS,
+                                STATE_LABELS, block_label,
                                 discrete_colorscale, empty, fit_cell_labels, layout, legend_note,
                                 make_figure, show_token, tick_margin, token_strings)
 
@@ -59,7 +60,7 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
     # the plot is what the narrowest column leaves after the row labels; in the projector the
     # row labels grow with the font (for_projector scales the left margin the same way)
     cell_px = max(1.0, NARROW_PX - left - 10) / width
-    proj_cell_px = max(1.0, NARROW_PX - left * 18 / 15 - 10) / width
+    proj_cell_px = max(1.0, NARROW_PX - left * PROJECTOR_MIN_FONT / FONT_SIZE - 10) / width
     traces = [dict(
         type="heatmap", z=z, x=[f"L{i}" for i in range(width)], y=ylabels,
         text=fit_cell_labels(text, cell_px, CELL_FONT),

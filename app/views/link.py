@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from app.lessons import LESSONS
-from app.scenarios import SCENARIOS
+from app.scenarios import SCENARIOS, preset
 
 MAX_LINK_STEPS = 400                  # app.state.MAX_HISTORY: a step the history still holds
 
@@ -66,7 +66,6 @@ def open_from_link(lab, show_settings) -> None:
                     break
         return
     if "scenario" in chosen and chosen["scenario"] != lab.settings.scenario:
-        from app.scenarios import preset
         if not lab.apply(preset(chosen["scenario"], lab.settings.model)
                          .replace(backend=lab.settings.backend)):
             return

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.screenshots import (click_step, exceptions_on, free_port, launch, open_tab,
+from app.screenshots import (click_step, exceptions_on, free_port, open_tab,
                              start_server, stop_server, wait_healthy, wait_rendered)
 
 from .conftest import MODEL, browser_missing, needs_model
+from .test_browser import browser  # noqa: F401  (the module's Chromium, shared fixture)
 
 try:
     import playwright.sync_api as pw
@@ -60,15 +61,6 @@ def server(tmp_path_factory):
     finally:
         stop_server(proc)
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with pw.sync_playwright() as p:
-        ctx = launch(p)
-        try:
-            yield ctx
-        finally:
-            ctx.close()
 
 
 def _layout(page, title: str) -> dict:
