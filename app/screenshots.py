@@ -37,10 +37,12 @@ def free_port() -> int:
 
 
 def start_server(port: int, model: str | None = None, log_path: str | None = None,
-                 script: str = "app", cwd: Path | None = None) -> subprocess.Popen:
+                 script: str = "app", cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
     """``streamlit run <script>`` on 127.0.0.1 (the lab by default; another script in ``cwd``,
-    which then needs its own .streamlit/config.toml, for deploy/checks/browser_floor.py)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    which then needs its own .streamlit/config.toml, for deploy/checks/browser_floor.py);
+    ``env``: settings added to this process's environment."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **(env or {}))
     if model:
         env["PAGED_LAB_MODEL"] = model
     log = open(log_path, "w") if log_path else subprocess.DEVNULL

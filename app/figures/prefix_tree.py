@@ -109,10 +109,18 @@ def _hover(b: CachedBlock, below: int, has_parent: bool) -> str:
             f"<br>tokens: {tokens}")
 
 
-def prefix_tree_figure(blocks, max_blocks: int = 400) -> go.Figure:
+ROW_PX, FRAME_PX = 18, 120                # a row of nodes; title, axis and legend around them
+
+
+def prefix_tree_figure(blocks, max_blocks: int = 400, height: int | None = None) -> go.Figure:
+    """``height`` None: the figure grows with its rows (280–900 px). A fixed ``height`` is for
+    a view that redraws as batches arrive (the Watch tab): the figure never changes size, so
+    nothing below it moves on the screen (issue 38, finding 16); rows keep their place from the
+    top, and are drawn closer together only once they no longer fit."""
     blocks = list(blocks)
     if not blocks:
-        return empty(TITLE, "no cached blocks yet: waiting for BlockStored events")
+        return empty(TITLE, "no cached blocks yet: waiting for BlockStored events",
+                     **({} if height is None else {"height": height}))
     shown = keep_newest(blocks, max_blocks)
     title = TITLE + (f" — newest {len(shown)} of {len(blocks)} blocks" if len(shown) < len(blocks)
                      else f" — {len(blocks)} blocks")
@@ -155,5 +163,10 @@ def prefix_tree_figure(blocks, max_blocks: int = 400) -> go.Figure:
     depth = max(v[0] for v in layout.values())
     fig.update_xaxes(title="block position in the prefix (0 = first block)", dtick=1,
                      range=[-0.4, depth + 0.4])
-    fig.update_yaxes(visible=False, autorange="reversed")
-    return style(fig, title, height=int(min(900, max(280, 120 + 18 * rows))), legend_y=-0.2)
+    if height is None:
+        fig.update_yaxes(visible=False, autorange="reversed")
+        return style(fig, title, height=int(min(900, max(280, FRAME_PX + ROW_PX * rows))),
+                     legend_y=-0.2)
+    fit = max(1, (height - FRAME_PX) // ROW_PX)            # rows the height holds at ROW_PX
+    fig.update_yaxes(visible=False, range=[max(rows, fit) - 0.5, -0.5])
+    return style(fig, title, height=height, legend_y=-0.2)

@@ -95,8 +95,13 @@ class Watch:
 
 
 # the live view's figures, from the view as it is after ``batches`` batches (the cache's key)
+LIVE_TREE_PX = 560         # fixed: a figure that grew with each batch moved the page under the
+LIVE_TABLE_PX = 388        # reader's eyes (issue 38, finding 16); the table: header + 10 rows
+STATUS_PX = 84             # the status's three caption lines
+
+
 def _tree_figure(view: PrefixCacheView, batches: int):
-    return prefix_tree.prefix_tree_figure(view.blocks.values())
+    return prefix_tree.prefix_tree_figure(view.blocks.values(), height=LIVE_TREE_PX)
 
 
 def _rate_figure(view: PrefixCacheView, batches: int):
@@ -183,8 +188,8 @@ def _start_watch() -> None:
 
 
 def _status(w: Watch, now: float | None = None) -> str:
-    """One line on what the subscriber has really seen: ZeroMQ connects in the background, so
-    until a batch arrives nothing says a publisher is there."""
+    """What the subscriber has really seen, in at most three lines: ZeroMQ connects in the
+    background, so until a batch arrives nothing says a publisher is there."""
     sub, view = w.subscriber, w.view
     seqs = sub.last_seqs()
     if not seqs:
@@ -199,19 +204,22 @@ def _status(w: Watch, now: float | None = None) -> str:
                 "the host it runs on), that the topic matches its `topic` (empty: all), and "
                 "that it has had requests to publish about")
     mode = "listening on" if sub.bind else "receiving from"
-    last = ", ".join(f"rank {r}: seq {s}" for r, s in sorted(seqs.items()))
-    parts = [f"{mode} `{shown(sub.endpoint)}`", f"topic `{sub.topic or '(all)'}`",
-             f"replay `{shown(sub.replay_endpoint)}`" if sub.replay_endpoint
-             else "no replay endpoint", f"last batch {last}"]
+    where = " · ".join([f"{mode} `{shown(sub.endpoint)}`", f"topic `{sub.topic or '(all)'}`",
+                        f"replay `{shown(sub.replay_endpoint)}`" if sub.replay_endpoint
+                        else "no replay endpoint"])
+    arrived = "last batch " + ", ".join(f"rank {r}: seq {s}" for r, s in sorted(seqs.items()))
+    if sub.recovered:
+        arrived += f" · {sub.recovered} batches fetched by replay"
+    history = []
     late = {r: s for r, s in sub.joined_at().items() if s > 0}
     if late:
-        parts.append("joined late (history before " + ", ".join(
+        history.append("joined late (history before " + ", ".join(
             f"rank {r} seq {s}" for r, s in sorted(late.items())) + " not shown)")
-    if sub.recovered:
-        parts.append(f"{sub.recovered} batches fetched by replay")
     if view.unknown_removed:
-        parts.append(f"{view.unknown_removed} removals of blocks stored before watching")
-    return " · ".join(parts)
+        history.append(f"{view.unknown_removed} removals of blocks stored before watching")
+    # always three lines, each growing only by digits: a line that appeared or wrapped midway
+    # moved everything below it on each refresh (issue 38, finding 16)
+    return "  \n".join([where, arrived, " · ".join(history) or "whole history since seq 0"])
 
 
 def _ended_note(why: str) -> str:
@@ -261,13 +269,8 @@ def live_view() -> None:
                    help="messages that were not KV event batches: counted and skipped")
     cols[5].metric("lost batches", sub.lost,
                    help="sequence numbers that never arrived and replay could not fill")
-    st.caption(_status(w))
-    if sub.gaps:
-        st.warning("Missing batches: " + "; ".join(
-            f"rank {g.rank} seq {g.first}–{g.last} ({g.reason})" for g in sub.gaps[-5:]))
-    if sub.malformed_count:
-        with st.expander(f"{sub.malformed_count} malformed messages (latest reasons)"):
-            st.code("\n".join(list(sub.malformed)[-10:]), language=None)
+    # a fixed height: the status's length changes while the view redraws every second
+    st.container(height=STATUS_PX, border=False).caption(_status(w))
     chart(w.figures, _tree_figure, view, view.batches, key="fig_kv_tree", config=CHART)
     left, right = st.columns(2)
     with left:
@@ -275,7 +278,15 @@ def live_view() -> None:
     with right:
         chart(w.figures, _cached_figure, view, view.batches, key="fig_kv_cached", config=CHART)
     st.markdown("**Latest events** (newest first)")
-    st.dataframe(view.events_frame(50), hide_index=True, key="kv_events_table")
+    st.dataframe(view.events_frame(50), hide_index=True, key="kv_events_table",
+                 height=LIVE_TABLE_PX)
+    # what appears only sometimes comes last: above the figures it moved them when it appeared
+    if sub.gaps:
+        st.warning("Missing batches: " + "; ".join(
+            f"rank {g.rank} seq {g.first}–{g.last} ({g.reason})" for g in sub.gaps[-5:]))
+    if sub.malformed_count:
+        with st.expander(f"{sub.malformed_count} malformed messages (latest reasons)"):
+            st.code("\n".join(list(sub.malformed)[-10:]), language=None)
 
 
 def draw(_shown=None) -> None:

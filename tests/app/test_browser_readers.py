@@ -4,10 +4,16 @@ of the README's `streamlit run app` (its .streamlit/config.toml, no flags added)
 tracebacks."""
 from __future__ import annotations
 
+import random
+import threading
+import time
+
 import pytest
 
 from app.screenshots import (click_step, exceptions_on, free_port, open_tab,
                              start_server, stop_server, wait_healthy, wait_rendered)
+
+from engine import Engine, EngineConfig, SamplingParams
 
 from .conftest import MODEL, browser_missing, needs_model
 from .test_browser import browser  # noqa: F401  (the module's Chromium, shared fixture)
@@ -51,10 +57,17 @@ LAYOUT_JS = """(title) => {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def kv_port() -> int:
+    """Where this module's engine publishes KV events; the server lets a visitor watch it."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, kv_port):
     port = free_port()
     log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    proc = start_server(port, MODEL, str(log))
+    proc = start_server(port, MODEL, str(log),
+                        env={"PAGED_LAB_WATCH_ENDPOINTS": f"tcp://127.0.0.1:{kv_port}"})
     try:
         wait_healthy(port, proc)
         yield f"http://127.0.0.1:{port}", log
@@ -170,4 +183,74 @@ def test_the_projector_shows_whole_figures_on_the_first_screen(server, browser):
     assert len(bottoms) == 2, bottoms
     for title, bottom in bottoms:
         assert bottom <= 720, f"{title}: its text ends at {bottom:.0f} px, below the screen"
+    page.close()
+
+
+@pytest.fixture
+def publishing(kv_port):
+    """This engine (length-only: the real block manager, no weights) publishing KV events as it
+    runs: requests sharing a prefix arrive at random and finish, so the prefix tree grows and
+    evictions remove blocks while the page watches."""
+    eng = Engine.length_only(EngineConfig(
+        block_size=4, num_gpu_blocks=64, enable_prefix_caching=True, seed=0,
+        kv_events_endpoint=f"tcp://*:{kv_port}"), max_model_len=256)
+    stop, rng = threading.Event(), random.Random(0)
+
+    def drive():
+        while not stop.is_set():
+            if rng.random() < 0.3:
+                eng.add_request(list(range(1, 9)) + [rng.randint(10, 63)
+                                                     for _ in range(rng.randint(1, 9))],
+                                SamplingParams(max_tokens=rng.randint(3, 12), ignore_eos=True))
+            if eng.has_unfinished_requests():
+                eng.step()
+            stop.wait(0.15)
+    t = threading.Thread(target=drive, daemon=True)
+    t.start()
+    yield f"tcp://127.0.0.1:{kv_port}"
+    stop.set()
+    t.join(timeout=10)
+    eng.close()
+
+
+# where each part of the live view is on the screen (elements being replaced have no box)
+WATCH_PLACES_JS = """() => {
+  const at = el => Math.round(el.getBoundingClientRect().top);
+  const shown = el => el.getBoundingClientRect().height > 0;
+  const out = {};
+  for (const t of document.querySelectorAll('.gtitle'))
+    if (shown(t)) out[t.textContent.split(' (')[0].split(' —')[0]] = at(t);
+  const ev = [...document.querySelectorAll('p')].find(p => p.textContent.startsWith('Latest events'));
+  if (ev && shown(ev)) out['Latest events'] = at(ev);
+  out.scrollTop = document.querySelector('[data-testid="stMain"]').scrollTop;
+  return out;
+}"""
+
+
+def test_the_live_view_stays_put_while_it_redraws(server, browser, publishing):
+    """16: with Auto-refresh on, a reader scrolled to the charts keeps them where they are: the
+    view redraws every second as batches arrive, and nothing on it changes height (the tree once
+    grew a row at a time and the status line wrapped, moving all below it)."""
+    url, _ = server
+    page = browser.new_page()
+    page.goto(url)
+    page.get_by_role("tab", name="Watch vLLM").click()
+    page.get_by_label("Endpoint (the server's PUB socket)").fill(publishing)
+    page.get_by_role("button", name="Connect", exact=True).click()
+    page.get_by_text("last batch rank 0", exact=False).first.wait_for(timeout=30_000)
+    page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollTop = 300")
+    batches, places = set(), []
+    for _ in range(16):                                   # 8 s: eight redraws
+        time.sleep(0.5)
+        places.append(page.evaluate(WATCH_PLACES_JS))
+        batches.add(page.locator('[data-testid="stMetric"]', has_text="batches")
+                    .first.inner_text())
+    print(f"\nplaces while redrawing: first {places[0]}, last {places[-1]}; "
+          f"{len(batches)} different batch counts shown")
+    assert len(batches) >= 4, f"the view did not redraw as batches arrived: {batches}"
+    for part in ("Prefix cache", "Blocks stored", "Cached blocks", "Latest events",
+                 "scrollTop"):
+        seen = {p[part] for p in places if part in p}
+        assert len(seen) == 1, f"{part} moved on the screen while the view redrew: {sorted(seen)}"
+    assert not exceptions_on(page)
     page.close()

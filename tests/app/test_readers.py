@@ -422,7 +422,25 @@ def test_real_vllm_views_name_what_they_show(prefix_run):
     assert "rebuilds a `vllm serve`'s prefix cache." in inspect.getsource(events)
 
 
-# 16. the Watch tab's how-to and the README name the same topic
+# 16. the Watch tab's how-to and the README name the same topic; the live tree keeps its size
+def test_the_live_prefix_tree_keeps_its_size_as_blocks_arrive():
+    """The Watch tab redraws the tree every second: at a fixed height, a tree of 1, 10 or 300
+    branches is the same size (it once grew a row at a time, moving the page), and rows keep
+    their place from the top until they no longer fit."""
+    from app.figures.prefix_tree import prefix_tree_figure
+    from engine.kv_events.cache_view import CachedBlock
+
+    def branches(n):                           # n one-block prefixes: n rows
+        return [CachedBlock(i.to_bytes(32, "big"), None, (i,) * 4, 4, 0, "GPU", 0, i, 0.0, 1)
+                for i in range(n)]
+    sizes = {n: prefix_tree_figure(branches(n), height=560) for n in (0, 1, 10, 300)}
+    assert {f.layout.height for f in sizes.values()} == {560}
+    assert tuple(sizes[1].layout.yaxis.range) == tuple(sizes[10].layout.yaxis.range)  # in place
+    assert sizes[300].layout.yaxis.range[0] >= 299                               # all shown
+    assert prefix_tree_figure(branches(1)).layout.height < \
+        prefix_tree_figure(branches(30)).layout.height          # elsewhere it grows with rows
+
+
 def test_watch_help_and_readme_use_one_topic():
     import re
     from app.views.watch import HELP
