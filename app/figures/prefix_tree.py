@@ -167,6 +167,7 @@ def prefix_tree_figure(blocks, max_blocks: int = 400, height: int | None = None)
         fig.update_yaxes(visible=False, autorange="reversed")
         return style(fig, title, height=int(min(900, max(280, FRAME_PX + ROW_PX * rows))),
                      legend_y=-0.2)
-    fit = max(1, (height - FRAME_PX) // ROW_PX)            # rows the height holds at ROW_PX
-    fig.update_yaxes(visible=False, range=[max(rows, fit) - 0.5, -0.5])
+    fit = max(1, (height - FRAME_PX) // ROW_PX - 1)            # rows the height holds at ROW_PX
+    # -1.6 at the top: room for row 0's labels, drawn above their nodes
+    fig.update_yaxes(visible=False, range=[max(rows, fit) - 0.5, -1.6])
     return style(fig, title, height=height, legend_y=-0.2)
