@@ -1,9 +1,13 @@
-"""Engine settings (vLLM-shaped names), validated before anything is built."""
+"""Engine settings (vLLM-shaped names), validated before anything is built.
+
+A leaf: it imports no engine module when it is imported. The semantics' rules live with the
+schedulers (engine/sched/registry.py), which import torch and most of the engine, so they are
+looked up only when a config is built or asked (as vLLM's ``SchedulerConfig.get_scheduler_cls``
+loads its scheduler class only when asked).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from engine.sched.registry import semantics_of
 
 PREEMPTION_MODES = ("recompute", "swap")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -48,10 +52,12 @@ class EngineConfig:
     def prefix_caching(self) -> bool:
         """Whether prefix caching is on: the setting, or the engine's default (v1: on)."""
         if self.enable_prefix_caching is None:
+            from engine.sched.registry import semantics_of      # lazy: see the module's doc
             return semantics_of(self.semantics).prefix_caching_default
         return self.enable_prefix_caching
 
     def __post_init__(self):
+        from engine.sched.registry import semantics_of          # lazy: see the module's doc
         problems = []
         try:
             problems += semantics_of(self.semantics).config_problems(self)

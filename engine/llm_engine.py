@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import events as ev
+import engine.events as ev
 from engine.config import EngineConfig
 from engine.core.invariants import check_invariants
 from engine.core.sequence import Sequence, SequenceGroup

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from engine import events as ev
+import engine.events as ev
 from engine.core.block_pool import BlockPool
 from engine.core.hashing import NO_PARENT, block_extra_keys, hash_block
 from engine.core.sequence import Sequence

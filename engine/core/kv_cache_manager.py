@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine import events as ev
+import engine.events as ev
 from engine.core.block_pool import BlockPool
 from engine.core.kv_cache_base import KVCacheBase, PrefixCacheStats
 from engine.core.sequence import Sequence

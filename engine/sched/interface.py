@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ClassVar, Mapping, Protocol
 
-from engine import events as ev
+import engine.events as ev
 from engine.core.sequence import Sequence, SequenceGroup
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from engine import events as ev
+import engine.events as ev
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import SequenceGroup, SeqStatus
 from engine.core.worst_case import blocks_needed_worst_case, pool_too_small

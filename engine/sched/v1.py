@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from engine import events as ev
+import engine.events as ev
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 from engine.core.worst_case import kv_tokens_at_most, pool_too_small
