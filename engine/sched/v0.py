@@ -156,12 +156,10 @@ class SchedulerV0:
                 if s is first and g.num_cached_tokens is None:
                     g.num_cached_tokens = start
                 s.status = SeqStatus.RUNNING
-                bs = self.bm.block_size
                 batch.seqs.append(s)
                 batch.starts.append(start)
                 batch.ends.append(s.num_tokens)          # a prefill runs to the prompt's end
-                batch.slot_mapping += [s.block_table[p // bs] * bs + p % bs
-                                       for p in range(start, s.num_tokens)]
+                batch.slot_mapping += self.bm.slots(s, start, s.num_tokens)
                 self.emit(ev.Prefill(s.seq_id, start, s.num_tokens))
                 tokens += s.num_tokens - start
             batch.groups.append(g)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 import engine.events as ev
+from engine.core.block_math import cdiv, slot_of
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 from engine.core.worst_case import kv_tokens_at_most, pool_too_small
@@ -147,7 +148,7 @@ class SchedulerV1:
             bs = self.bm.block_size
             b = seq.block_table[start // bs]
             self.emit(ev.Append(seq.seq_id, seq.token_ids[start], start // bs, b,
-                                b * bs + start % bs))
+                                slot_of(seq.block_table, start, bs)))
         else:                                               # a prompt chunk (or a recompute)
             self.emit(ev.Prefill(seq.seq_id, start, end, seq.num_tokens))
 
@@ -207,7 +208,7 @@ class V1Semantics(EngineSemantics):
         # each of the n child requests must fit alone (the others can be preempted), in every
         # block but the null block; the extra children simply queue
         # (vllm/v1/engine/parallel_sampling.py), so n may exceed max_num_seqs
-        need = -(-kv_tokens_at_most(num_prompt_tokens, params.max_tokens) // config.block_size)
+        need = cdiv(kv_tokens_at_most(num_prompt_tokens, params.max_tokens), config.block_size)
         usable = config.num_gpu_blocks - 1
         if need > usable:
             raise ValueError(pool_too_small(need, num_prompt_tokens, params.max_tokens,
