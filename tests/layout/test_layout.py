@@ -280,3 +280,18 @@ def test_the_semantics_check_finds_what_it_looks_for():
               "    d = fields not in ('scenario', 'semantics')\n"     # a name, not a value
               "    e = config.semantics == other.semantics\n")      # no string
     assert [h.split(':')[1] for h in semantics_string_comparisons(source)] == ["2", "3", "4"]
+
+
+def test_the_scheduler_interface_lists_what_the_engine_asks():
+    """Everything read from ``<engine>.scheduler`` is declared by ``Scheduler`` (an ABC, so a
+    scheduler missing a method cannot even be built)."""
+    import re
+
+    from engine.sched.interface import Scheduler
+    declared = {*Scheduler.__annotations__, *(n for n in vars(Scheduler) if not n.startswith("_"))}
+    asked = {m.group(1) for package in ("engine", "analysis", "app")
+             for _, path, _ in modules(package)
+             for m in re.finditer(r"\bscheduler\.(\w+)", path.read_text())}
+    asked.discard("py")                                     # "scheduler.py" in comments
+    assert asked and asked <= declared, asked - declared
+    assert not Scheduler.__abstractmethods__ - declared
