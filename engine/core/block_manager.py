@@ -66,10 +66,6 @@ class BlockManager(KVCacheBase):
                   + sum(1 for b in hits if self.gpu.ref_count[b] == 0))
         return blocks, seq.num_tokens - reused * self.block_size
 
-    def blocks_needed_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
-        """Free blocks a prefill would consume (reviving a cached free block consumes one)."""
-        return self.prefill_need(seq, share_with)[0]
-
     def allocate_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
         """Give a waiting sequence blocks for all its tokens; returns the tokens already cached.
 
