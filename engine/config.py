@@ -28,7 +28,7 @@ class EngineConfig:
     enable_prefix_caching: bool | None = None
     device: str = "auto"            # "cuda" if available, else "cpu"
     dtype: str = "auto"             # float32 on CPU, bfloat16 on CUDA
-    backend: str = "auto"           # kernel backend: auto / torch / triton / triton-legacy
+    backend: str = "auto"           # kernel backend: auto / torch / triton (paged_kernels.BACKENDS)
     kernel_fallback: bool = True    # a Triton op that fails to compile/launch falls back to torch
     seed: int = 0
     max_num_seqs: int = 256
@@ -58,6 +58,7 @@ class EngineConfig:
 
     def __post_init__(self):
         from engine.sched.registry import semantics_of          # lazy: see the module's doc
+        from paged_kernels.dispatch import BACKENDS             # imports torch: lazy too
         problems = []
         try:
             problems += semantics_of(self.semantics).config_problems(self)
@@ -102,6 +103,12 @@ class EngineConfig:
             problems.append(f"observe must be True or False, got {self.observe!r}")
         if not isinstance(self.kernel_fallback, bool):
             problems.append(f"kernel_fallback must be True or False, got {self.kernel_fallback!r}")
+        backends = ("auto", *BACKENDS)
+        if self.backend not in backends:
+            why = (" (the first Triton kernels are no backend any more: bench/kernel_bench.py "
+                   "measures them as its baseline)" if self.backend == "triton-legacy" else "")
+            problems.append(f"unknown kernel backend {self.backend!r}: backend must be one of "
+                            f"{backends}{why}")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_history",
