@@ -41,6 +41,7 @@ import pandas as pd
 from engine.observe.baselines import POLICIES
 from analysis.contiguous_replay import replay_contiguous
 from engine.config import EngineConfig
+from engine.core.block_math import cdiv
 from engine.core.worst_case import kv_tokens_at_most
 from engine.processing.input_processor import resolve_max_model_len
 from engine.sampling_params import SamplingParams
@@ -109,7 +110,7 @@ def replay_paged(add_step, prompt_len, output_len, block_size: int, num_blocks: 
     def preempt(v: int) -> None:
         nonlocal free, tokens, preempted
         c = base[v] + D
-        free += -(-c // bs)
+        free += cdiv(c, bs)
         tokens -= c
         by_residue[base[v] % bs] -= 1
         finishing[end[v] - base[v] - 2].remove(v)
@@ -131,7 +132,7 @@ def replay_paged(add_step, prompt_len, output_len, block_size: int, num_blocks: 
             while waiting:
                 h = waiting[0]
                 t = tokens_of[h]
-                need = -(-t // bs)
+                need = cdiv(t, bs)
                 then = 1 if t % bs == 0 and t + 1 < end[h] else 0   # first_decode_blocks
                 alone = not running and not admitted       # then only its exact first decode
                 if need + (then if alone else 1) + reserved > free:
@@ -185,7 +186,7 @@ def replay_paged(add_step, prompt_len, output_len, block_size: int, num_blocks: 
             for h in finishing.pop(D - 1, ()):
                 blocked = False
                 c = base[h] + D
-                free += -(-c // bs)
+                free += cdiv(c, bs)
                 tokens -= c
                 by_residue[base[h] % bs] -= 1
                 running.remove(h)
@@ -232,7 +233,7 @@ def _requests(trace: pd.DataFrame, config: EngineConfig, max_model_len: int, mak
             raise ValueError(f"request {k}: the prompt has {p} tokens but v0 prefills a prompt "
                              f"in one step of at most max_num_batched_tokens "
                              f"({config.max_num_batched_tokens}) tokens")
-        need = -(-kv_tokens_at_most(p, o) // config.block_size)
+        need = cdiv(kv_tokens_at_most(p, o), config.block_size)
         if need > config.num_gpu_blocks:
             raise ValueError(f"request {k} can need {need} KV blocks but the pool has only "
                              f"{config.num_gpu_blocks}: it could never run")

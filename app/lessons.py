@@ -55,10 +55,6 @@ def partial_chunk(snap: StepSnapshot, prev) -> bool:
                for e in snap.events)
 
 
-def mixed_step(snap: StepSnapshot, prev) -> bool:
-    return snap.kind == "mixed"
-
-
 # ---- answers: computed from the snapshot at the checkpoint ---------------------------------
 def _first_live(snap: StepSnapshot):
     live = [s for s in snap.sequences if s.block_table]

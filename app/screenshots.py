@@ -258,10 +258,6 @@ def main_real_vllm(url: str, out: Path) -> None:
     save_with(screenshot_real_vllm, url, out)
 
 
-def main_extras(url: str, out: Path) -> None:
-    save_with(screenshot_extras, url, out)
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "assets" / "screenshots"))

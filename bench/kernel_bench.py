@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from engine.core.block_math import cdiv  # noqa: E402
+
 HQ, HKV, D, BLOCK = 32, 8, 128, 16
 DTYPE = torch.bfloat16
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -213,7 +215,7 @@ def prefill_point(batch: int, prompt: int, k_cache, v_cache) -> dict:
     from paged_kernels import triton_prefill
     from paged_kernels.legacy import triton_prefill as legacy_prefill
 
-    nblk = -(-prompt // BLOCK)
+    nblk = cdiv(prompt, BLOCK)
     gen = torch.Generator(device=DEVICE).manual_seed(batch * 7919 + prompt)
     q = torch.randn(batch * prompt, HQ, D, device=DEVICE, dtype=DTYPE, generator=gen)
     table = torch.randperm(k_cache.shape[0], device=DEVICE, generator=gen)[:batch * nblk]
@@ -383,7 +385,7 @@ def main() -> int:
                      [(1, 512), (1, 2048), (1, 8192), (8, 512), (8, 2048)]) if DEVICE == "cuda" \
             else [(1, 20), (2, 9)]
         for b, L in pf_points:
-            if b * -(-L // BLOCK) > k_cache.shape[0]:
+            if b * cdiv(L, BLOCK) > k_cache.shape[0]:
                 continue
             r = prefill_point(b, L, k_cache, v_cache)
             prefill.append(r)

@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from bench.common import write_results  # noqa: E402
 from engine import Engine, EngineConfig, SamplingParams  # noqa: E402
+from engine.core.block_math import cdiv  # noqa: E402
 from engine.models.loader import resolve_model_path  # noqa: E402
 
 PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo,", "HAMLET:\nTo be, or not to be:",
@@ -117,7 +118,7 @@ def bench_model(model: str, args, device: str, dtype_name: str) -> list[dict]:
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     pad = 0
     total_tokens = max(len(p) for p in prompt_ids(model, path, 8)) + args.max_tokens
-    blocks = max(args.batch) * (-(-total_tokens // 16)) + 64
+    blocks = max(args.batch) * cdiv(total_tokens, 16) + 64
     engines = {observe: Engine(EngineConfig(model=path, block_size=16, num_gpu_blocks=blocks,
                                             device=device, dtype=dtype_name, max_history=8,
                                             observe=observe))

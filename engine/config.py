@@ -1,9 +1,13 @@
-"""Engine settings (vLLM-shaped names), validated before anything is built."""
+"""Engine settings (vLLM-shaped names), validated before anything is built.
+
+A leaf: it imports no engine module when it is imported. The semantics' rules live with the
+schedulers (engine/sched/registry.py), which import torch and most of the engine, so they are
+looked up only when a config is built or asked (as vLLM's ``SchedulerConfig.get_scheduler_cls``
+loads its scheduler class only when asked).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from engine.sched.registry import semantics_of
 
 PREEMPTION_MODES = ("recompute", "swap")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -24,7 +28,7 @@ class EngineConfig:
     enable_prefix_caching: bool | None = None
     device: str = "auto"            # "cuda" if available, else "cpu"
     dtype: str = "auto"             # float32 on CPU, bfloat16 on CUDA
-    backend: str = "auto"           # kernel backend: auto / torch / triton / triton-legacy
+    backend: str = "auto"           # kernel backend: auto / torch / triton (paged_kernels.BACKENDS)
     kernel_fallback: bool = True    # a Triton op that fails to compile/launch falls back to torch
     seed: int = 0
     max_num_seqs: int = 256
@@ -48,10 +52,13 @@ class EngineConfig:
     def prefix_caching(self) -> bool:
         """Whether prefix caching is on: the setting, or the engine's default (v1: on)."""
         if self.enable_prefix_caching is None:
+            from engine.sched.registry import semantics_of      # lazy: see the module's doc
             return semantics_of(self.semantics).prefix_caching_default
         return self.enable_prefix_caching
 
     def __post_init__(self):
+        from engine.sched.registry import semantics_of          # lazy: see the module's doc
+        from paged_kernels.dispatch import BACKENDS             # imports torch: lazy too
         problems = []
         try:
             problems += semantics_of(self.semantics).config_problems(self)
@@ -96,6 +103,12 @@ class EngineConfig:
             problems.append(f"observe must be True or False, got {self.observe!r}")
         if not isinstance(self.kernel_fallback, bool):
             problems.append(f"kernel_fallback must be True or False, got {self.kernel_fallback!r}")
+        backends = ("auto", *BACKENDS)
+        if self.backend not in backends:
+            why = (" (the first Triton kernels are no backend any more: bench/kernel_bench.py "
+                   "measures them as its baseline)" if self.backend == "triton-legacy" else "")
+            problems.append(f"unknown kernel backend {self.backend!r}: backend must be one of "
+                            f"{backends}{why}")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_history",

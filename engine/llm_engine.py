@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import events as ev
+import engine.events as ev
 from engine.config import EngineConfig
 from engine.core.invariants import check_invariants
 from engine.core.sequence import Sequence, SequenceGroup
@@ -266,16 +266,15 @@ class Engine:
             self.runner.move_kv(batch)
         if batch.kind != "idle":
             logits = self.runner.execute(batch)
-            for s, end in zip(batch.seqs, batch.ends):
-                s.num_computed = end
+            for r in batch.scheduled:
+                r.seq.num_computed = r.end
             sampling = batch
             # only requests whose last known token was computed sample (a v1 prompt chunk
             # that is not the last one throws its logits away)
-            rows = [i for i, s in enumerate(batch.seqs) if s.num_computed == s.num_tokens]
-            if len(rows) < len(batch.seqs):
-                seqs = [batch.seqs[i] for i in rows]
-                groups = [self.groups[r] for r in dict.fromkeys(s.request_id for s in seqs)]
-                sampling = ScheduledBatch(batch.kind, groups=groups, seqs=seqs)
+            rows = [i for i, r in enumerate(batch.scheduled)
+                    if r.seq.num_computed == r.seq.num_tokens]
+            if len(rows) < len(batch.scheduled):
+                sampling = ScheduledBatch(batch.kind, [batch.scheduled[i] for i in rows])
                 logits = logits[rows]
             if sampling.seqs:
                 finished = self.outputs.process(sampling, logits, self.step_no)

@@ -7,8 +7,6 @@ Backends
   stays torch: it is a host<->device copy). On CUDA they compile for the GPU. On CPU they run
   under Triton's interpreter, which must be switched on with ``TRITON_INTERPRET=1`` *before* the
   kernels are first imported (triton decides at decoration time); slow, for tests and teaching.
-- ``"triton-legacy"``: the same, with the first decode/prefill kernels (paged_kernels/legacy/), kept
-  selectable until a GPU run has confirmed the current ones.
 - ``"auto"``: ``"triton"`` on CUDA when triton imports (and the interpreter is not forced),
   otherwise ``"torch"``.
 
@@ -22,6 +20,10 @@ are not hidden (the reference needs more memory, not less), nor are errors the r
 too (bad input). An asynchronous CUDA fault (an illegal address found later) poisons the CUDA
 context and cannot be recovered by any fallback.
 
+``BACKENDS`` is what an engine (and the page) may choose, besides ``"auto"``. The first Triton
+kernels (paged_kernels/legacy/) are not among them: they are the kernel benchmark's baseline
+(bench/kernel_bench.py) and are tested beside the current ones, imported directly.
+
 Triton is optional: nothing here imports it unless a Triton backend is chosen.
 """
 from __future__ import annotations
@@ -34,8 +36,7 @@ from typing import Callable
 from paged_kernels import reference
 from paged_kernels.triton_support import interpreting, kernels_interpreted, triton_importable
 
-BACKENDS = ("torch", "triton", "triton-legacy")
-_TRITON_BACKENDS = ("triton", "triton-legacy")
+BACKENDS = ("torch", "triton")             # the choices besides "auto" (see above)
 log = logging.getLogger(__name__)
 
 
@@ -151,18 +152,14 @@ def resolve_backend(requested: str, device: str) -> str:
         return "torch"
     if requested not in BACKENDS:
         raise ValueError(f"unknown kernel backend {requested!r}; choose one of {BACKENDS} or 'auto'")
-    if requested in _TRITON_BACKENDS:
+    if requested == "triton":
         _check_triton(device)
     return requested
 
 
-def _triton_ops(legacy: bool = False) -> KernelOps:
-    from paged_kernels import triton_cache_ops    # imports triton
-    if legacy:
-        from paged_kernels.legacy import triton_decode, triton_prefill
-    else:
-        from paged_kernels import triton_decode, triton_prefill
-    return KernelOps("triton-legacy" if legacy else "triton", triton_cache_ops.store_kv,
+def _triton_ops() -> KernelOps:
+    from paged_kernels import triton_cache_ops, triton_decode, triton_prefill    # import triton
+    return KernelOps("triton", triton_cache_ops.store_kv,
                      triton_cache_ops.copy_blocks, reference.swap_blocks,
                      triton_decode.paged_decode_attention, triton_prefill.paged_prefill_attention)
 
@@ -171,9 +168,9 @@ def get_ops(backend: str, fallback: bool = False) -> KernelOps | FallbackOps:
     """The op set of a resolved backend; ``fallback=True`` guards a Triton set (see above)."""
     if backend == "torch":
         return _TORCH
-    if backend in _TRITON_BACKENDS:
+    if backend == "triton":
         if not triton_importable():
             raise ValueError(f"backend={backend!r} needs the triton package (pip install triton)")
-        ops = _triton_ops(legacy=backend == "triton-legacy")
+        ops = _triton_ops()
         return FallbackOps(ops) if fallback else ops
     raise ValueError(f"unknown kernel backend {backend!r}; choose one of {BACKENDS}")

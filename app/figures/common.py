@@ -162,17 +162,6 @@ def legend_note(entries: list[tuple[str, str]], per_line: int = 3, right: bool =
     return note, 16 + 26 * len(lines)
 
 
-def swatch(name: str, color: str, symbol: str = "square") -> dict:
-    """A legend entry with no data (heatmaps have no per-category legend of their own)."""
-    return dict(type="scatter", x=[None], y=[None], mode="markers", name=name, showlegend=True,
-                marker=dict(size=14, color=color, symbol=symbol, line=dict(color="#444", width=1)),
-                hoverinfo="skip")
-
-
-def legend_swatch(fig: go.Figure, name: str, color: str, symbol: str = "square") -> None:
-    fig.add_trace(swatch(name, color, symbol))
-
-
 def discrete_colorscale(colors: list[str]) -> list:
     """A stepped colorscale: z = i + 0.5 (with zmin 0, zmax len) gets colors[i]."""
     k = len(colors)

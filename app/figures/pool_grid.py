@@ -10,6 +10,7 @@ import dataclasses
 
 import plotly.graph_objects as go
 
+from engine.core.block_math import cdiv
 from app.figures.common import (COW_COLOR, STATE_COLORS, STATE_LABELS, SWAP_COLOR, block_label,
                                 discrete_colorscale, empty, layout, legend_note, make_figure,
                                 show_token, tick_margin, token_strings)
@@ -67,7 +68,7 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True, cpu_pool: bool =
         snapshot = dataclasses.replace(snapshot, cpu_blocks=())
     bs = snapshot.block_size
     cols = columns_for(len(snapshot.blocks))
-    gpu_rows = -(-len(snapshot.blocks) // cols)
+    gpu_rows = cdiv(len(snapshot.blocks), cols)
     cpu_row0 = gpu_rows + 1                         # one empty row between the pools
     traces: list[dict] = []
     shapes: list[dict] = []
@@ -76,7 +77,7 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True, cpu_pool: bool =
     for device, blocks, row0 in (("gpu", snapshot.blocks, 0), ("cpu", snapshot.cpu_blocks, cpu_row0)):
         if not blocks:
             continue
-        rows = -(-len(blocks) // cols)
+        rows = cdiv(len(blocks), cols)
         z = [[None] * cols for _ in range(rows)]
         text = [[""] * cols for _ in range(rows)]
         hover = [[""] * cols for _ in range(rows)]
@@ -110,7 +111,7 @@ def pool_figure(snapshot, decode=None, show_moves: bool = True, cpu_pool: bool =
                            where.get((dst_dev, dst)), SWAP_COLOR, "swap")
         if any(e.kind == "cow" for e in snapshot.events):
             legend.append(("copy-on-write src → dst (arrow)", COW_COLOR))
-    cpu_rows = -(-len(snapshot.cpu_blocks) // cols)
+    cpu_rows = cdiv(len(snapshot.cpu_blocks), cols)
     ticks = list(range(gpu_rows)) + [cpu_row0 + r for r in range(cpu_rows)]
     # rows named by the blocks they hold ("P0–P7", "C0–C7"), not "GPU 8" (read as a device id)
     gpu, cpu = snapshot.blocks, snapshot.cpu_blocks

@@ -91,10 +91,6 @@ def slides_deck(snapshots, decode=None, narration=None,
     return SlideDeck(page, len(slides), len(snaps))
 
 
-def slides_html(snapshots, decode=None, narration=None, title: str = "PagedAttention Lab") -> str:
-    return slides_deck(snapshots, decode, narration, title).html
-
-
 _TEMPLATE = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 
+from engine.core.block_math import cdiv
 from app.figures.common import STATE_COLORS, block_label, token_strings
 
 # alternating neutral tints: blue and orange are the Memory tab's "used" and "shared", so the
@@ -30,7 +31,7 @@ def text_html(snapshot, decode=None, include_done: bool = True) -> str:
                 + (f" ({html.escape(s.finish_reason)})" if s.finish_reason else "")
                 + f" · {len(toks)} tokens ({s.prompt_len} prompt)")
         groups = []
-        for logical in range(0, max(1, -(-len(toks) // bs))):
+        for logical in range(0, max(1, cdiv(len(toks), bs))):
             chunk = toks[logical * bs:(logical + 1) * bs]
             if not chunk:
                 break

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine import events as ev
+import engine.events as ev
+from engine.core.block_math import cdiv, slot_of
 from engine.core.block_pool import BlockPool
 from engine.core.kv_cache_base import KVCacheBase
 from engine.core.sequence import Sequence, SeqStatus
@@ -61,13 +62,9 @@ class BlockManager(KVCacheBase):
         what ``allocate_for_prefill`` will return."""
         shared, hits = self._prefill_reuse(seq, share_with)
         reused = shared + len(hits)
-        blocks = (-(-seq.num_tokens // self.block_size) - reused
+        blocks = (cdiv(seq.num_tokens, self.block_size) - reused
                   + sum(1 for b in hits if self.gpu.ref_count[b] == 0))
         return blocks, seq.num_tokens - reused * self.block_size
-
-    def blocks_needed_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
-        """Free blocks a prefill would consume (reviving a cached free block consumes one)."""
-        return self.prefill_need(seq, share_with)[0]
 
     def allocate_for_prefill(self, seq: Sequence, share_with: Sequence | None = None) -> int:
         """Give a waiting sequence blocks for all its tokens; returns the tokens already cached.
@@ -93,7 +90,7 @@ class BlockManager(KVCacheBase):
                 seq.block_table.append(b)
                 self.emit(ev.PrefixHit(seq.seq_id, i, b, seq.block_hashes[i]))
         reused = len(seq.block_table)
-        for i in range(reused, -(-seq.num_tokens // bs)):
+        for i in range(reused, cdiv(seq.num_tokens, bs)):
             b = self._allocate(seq, i)
             self.gpu.write(b, seq.token_ids[i * bs:(i + 1) * bs])
             if self.caching and len(self.gpu.tokens[b]) == bs:
@@ -145,11 +142,12 @@ class BlockManager(KVCacheBase):
         assert len(self.gpu.tokens[b]) == offset, f"block {b} slot {offset} out of order"
         token = seq.token_ids[pos]
         self.gpu.write(b, [token])
-        self.emit(ev.Append(seq.seq_id, token, logical, b, b * bs + offset))
+        slot = slot_of(seq.block_table, pos, bs)       # b is the table's entry by now
+        self.emit(ev.Append(seq.seq_id, token, logical, b, slot))
         if self.caching and offset == bs - 1:
             self._update_hashes(seq)
             self._register(seq, b, logical)
-        return b * bs + offset
+        return slot
 
     # ---- fork / free ---------------------------------------------------------------------
     def fork(self, parent: Sequence, child: Sequence) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from engine.core.block_math import cdiv
 from engine.core.hashing import block_extra_keys, hash_block
 from engine.core.kv_cache_base import KVCacheBase
 from engine.core.block_pool import BlockPool
@@ -45,7 +46,7 @@ def check_invariants(bm: KVCacheBase, groups: list[SequenceGroup], scheduler) ->
                     _fail("waiting sequences hold no blocks", f"seq {s.seq_id}")
                 continue
             pool = _table_pool(bm, s)
-            want = -(-s.num_computed // bs)
+            want = cdiv(s.num_computed, bs)
             if len(s.block_table) != want:
                 _fail("table covers ceil(L/B) blocks",
                       f"seq {s.seq_id}: {len(s.block_table)} blocks for {s.num_computed} cached tokens")

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from engine import events as ev
+import engine.events as ev
+from engine.core.block_math import slot_of
 from engine.core.block_pool import BlockPool
 from engine.core.hashing import NO_PARENT, block_extra_keys, hash_block
 from engine.core.sequence import Sequence
@@ -107,6 +108,10 @@ class KVCacheBase:
             self.prefix_cache_hits += hit_blocks * self.block_size
 
     # ---- allocate / free -----------------------------------------------------------------
+    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
+        """Flat slots of tokens [start, end) (where the forward pass stores their K/V)."""
+        return [slot_of(seq.block_table, p, self.block_size) for p in range(start, end)]
+
     def _allocate(self, seq: Sequence, logical: int) -> int:
         b, evicted = self.gpu.allocate()
         if evicted is not None:

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine import events as ev
+import engine.events as ev
+from engine.core.block_math import cdiv
 from engine.core.block_pool import BlockPool
 from engine.core.kv_cache_base import KVCacheBase, PrefixCacheStats
 from engine.core.sequence import Sequence
@@ -78,7 +79,7 @@ class KVCacheManager(KVCacheBase):
     def blocks_to_allocate(self, seq: Sequence, num_new: int, hits: list[int]) -> int:
         """Free blocks allocating would consume: new blocks plus free cached hits revived."""
         computed = seq.num_computed + len(hits) * self.block_size
-        total = -(-(computed + num_new) // self.block_size)
+        total = cdiv(computed + num_new, self.block_size)
         new = total - len(seq.block_table) - len(hits)
         return new + sum(1 for b in hits if self.gpu.ref_count[b] == 0)
 
@@ -98,9 +99,9 @@ class KVCacheManager(KVCacheBase):
             self.emit(ev.PrefixHit(seq.seq_id, logical, b, seq.block_hashes[logical]))
         seq.num_computed += len(hits) * bs
         start, end = seq.num_computed, seq.num_computed + num_new
-        for logical in range(len(seq.block_table), -(-end // bs)):
+        for logical in range(len(seq.block_table), cdiv(end, bs)):
             self._allocate(seq, logical)
-        for logical in range(start // bs, -(-end // bs)):
+        for logical in range(start // bs, cdiv(end, bs)):
             a, b = max(start, logical * bs), min(end, (logical + 1) * bs)
             block = seq.block_table[logical]
             assert self.gpu.ref_count[block] == 1, f"write into shared block {block}"
@@ -110,8 +111,3 @@ class KVCacheManager(KVCacheBase):
                 self._update_hashes(seq)
                 self._register(seq, block, logical)
         return True
-
-    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
-        """Flat slots of tokens [start, end) (where the forward pass stores their K/V)."""
-        bs = self.block_size
-        return [seq.block_table[p // bs] * bs + p % bs for p in range(start, end)]

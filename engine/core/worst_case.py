@@ -7,6 +7,8 @@ last sampled token is returned but never fed back, so its K/V is never written.
 """
 from __future__ import annotations
 
+from engine.core.block_math import cdiv
+
 
 def kv_tokens_at_most(prompt_len: int, max_tokens: int) -> int:
     """Most tokens one sequence of this request ever holds in the KV cache."""
@@ -18,7 +20,7 @@ def blocks_needed_worst_case(prompt_len: int, max_tokens: int, width: int,
     """Blocks one request of ``width`` live sequences can hold at its longest: the prompt's
     full blocks shared, every live sequence owning the rest of its blocks."""
     shared = prompt_len // block_size
-    per_seq = -(-kv_tokens_at_most(prompt_len, max_tokens) // block_size) - shared
+    per_seq = cdiv(kv_tokens_at_most(prompt_len, max_tokens), block_size) - shared
     return shared + width * per_seq
 
 

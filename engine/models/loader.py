@@ -190,11 +190,6 @@ def loaded_models() -> list[tuple[str, str, torch.dtype]]:
         return list(_LOADED)
 
 
-def clear_loaded_models() -> None:
-    with _LOAD_LOCK:
-        _LOADED.clear()
-
-
 def load_model(model: str, device: str, dtype: torch.dtype) -> LoadedModel:
     """Load once per process and share (thread-safe: many browser sessions may start at once).
     Before a new model loads, the least recently used ones are dropped so that at most

@@ -85,17 +85,16 @@ class ModelRunner:
         self._move_kv(batch)
 
         seqs = batch.seqs
-        spans = list(zip(batch.starts, batch.ends))     # each sequence's tokens [start, end)
         prefill = batch.is_prefill
         tokens, positions, query_start = [], [], [0]
-        for s, (start, end) in zip(seqs, spans):
-            tokens += s.token_ids[start:end]
-            positions += range(start, end)
+        for r in batch.scheduled:                       # each sequence's tokens [start, end)
+            tokens += r.seq.token_ids[r.start:r.end]
+            positions += range(r.start, r.end)
             query_start.append(len(tokens))
         last_rows = [q - 1 for q in query_start[1:]]
         max_blocks = max(len(s.block_table) for s in seqs)
         tables = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs]
-        ctx = [end for _, end in spans]           # the cache holds [0, end) after the write
+        ctx = [r.end for r in batch.scheduled]    # the cache holds [0, end) after the write
         meta = AttentionMetadata(
             is_prefill=prefill,
             slot_mapping=self._ids(batch.slot_mapping),

@@ -21,4 +21,4 @@ class SyntheticRunner:
         """No KV bytes to move without a model."""
 
     def execute(self, batch) -> torch.Tensor:
-        return torch.rand(len(batch.seqs), self.vocab_size, generator=self.generator)
+        return torch.rand(len(batch.scheduled), self.vocab_size, generator=self.generator)

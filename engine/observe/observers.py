@@ -27,7 +27,7 @@ def _queue_lengths(scheduler) -> tuple[int, int, int]:
 class StepRecord:
     """What one engine step did, as observers see it."""
     step: int
-    kind: str                        # prefill / decode / idle
+    kind: str                        # prefill / decode / mixed (v1) / idle, or reset (not a step)
     events: tuple[Event, ...]
     finished: tuple[str, ...]        # request ids finished in this step
     step_time_s: float

@@ -85,7 +85,7 @@ class PoolStats:
 @dataclass(frozen=True)
 class StepSnapshot:
     step: int
-    kind: str                      # prefill / decode / idle / init
+    kind: str                      # prefill / decode / mixed / idle, or init / abort / reset
     model: str
     backend: str
     device: str

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from engine import events as ev
+import engine.events as ev
 from engine.processing.beam_search import beam_score, is_done, num_candidates, select_candidates
 from engine.core.kv_cache_base import KVCacheBase
 from engine.processing.detokenizer import DetokState, detokenize_step

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
 
-from engine import events as ev
+import engine.events as ev
 from engine.core.sequence import Sequence, SequenceGroup
 
 if TYPE_CHECKING:
@@ -21,35 +21,87 @@ if TYPE_CHECKING:
     from engine.sampling_params import SamplingParams
 
 
+@dataclass(frozen=True)
+class ScheduledSeq:
+    """One sequence's part of a step: it computes tokens [start, end) (a prompt, a prompt
+    chunk, or one decode token). One record per sequence, so what runs and how much of it can
+    never fall out of step (vLLM's ``SchedulerOutput.num_scheduled_tokens`` is one dict too)."""
+    group: SequenceGroup
+    seq: Sequence
+    start: int
+    end: int
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens scheduled for this sequence in this step."""
+        return self.end - self.start
+
+    @property
+    def is_decode(self) -> bool:
+        """One token past the prompt: the newest sampled token, fed back (else a prompt, a
+        prompt chunk or a recompute)."""
+        return self.num_tokens == 1 and self.start >= self.seq.prompt_len
+
+
 @dataclass
 class ScheduledBatch:
-    """One step's plan. Sequence i computes tokens [starts[i], ends[i]) (a prompt, a prompt
-    chunk, or one decode token); the model runner stores their K/V at ``slot_mapping``."""
+    """One step's plan: the sequences that compute (``scheduled``, in order; the model runner
+    stores their K/V at ``slot_mapping``) and the block copies to make first."""
     kind: str                                   # "prefill", "decode", "mixed" or "idle"
-    groups: list[SequenceGroup] = field(default_factory=list)
-    seqs: list[Sequence] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
     slot_mapping: list[int] = field(default_factory=list)  # flat slot of every computed token
     is_prefill: bool = False                    # the attention path: queries of several tokens
     copies: list[tuple[int, int]] = field(default_factory=list)     # CoW src -> dst
     swap_in: list[tuple[int, int]] = field(default_factory=list)    # cpu -> gpu
     swap_out: list[tuple[int, int]] = field(default_factory=list)   # gpu -> cpu
 
+    def add(self, group: SequenceGroup, seq: Sequence, start: int, end: int) -> None:
+        self.scheduled.append(ScheduledSeq(group, seq, start, end))
 
-class Scheduler(Protocol):
-    """A continuous-batching scheduler over one cache manager."""
+    @property
+    def seqs(self) -> list[Sequence]:
+        return [r.seq for r in self.scheduled]
+
+    @property
+    def groups(self) -> list[SequenceGroup]:
+        """The groups that run, each once, in the order they were scheduled."""
+        by_id = {id(r.group): r.group for r in self.scheduled}     # groups are not hashable
+        return list(by_id.values())
+
+
+class Scheduler(ABC):
+    """A continuous-batching scheduler over one cache manager: everything the engine, the
+    invariant checker and the observers ask of it (as vLLM's ``SchedulerInterface``)."""
     waiting: list[SequenceGroup]
     running: list[SequenceGroup]
     num_preemptions: int                        # requests preempted so far (vLLM's metric)
 
-    def add(self, group: SequenceGroup) -> None: ...
-    def remove(self, group: SequenceGroup) -> None: ...
+    @abstractmethod
+    def add(self, group: SequenceGroup) -> None:
+        """Queue a new request."""
+
+    @abstractmethod
+    def remove(self, group: SequenceGroup) -> None:
+        """Take a finished or aborted request out of every queue."""
+
+    @abstractmethod
     def has_unfinished(self) -> bool: ...
+
+    @abstractmethod
     def num_running_seqs(self) -> int: ...
+
+    @abstractmethod
     def queues(self) -> dict[str, list[SequenceGroup]]:
         """Every queue a request can be in, by name ("waiting", "running", "swapped")."""
-    def schedule(self) -> ScheduledBatch: ...
+
+    @abstractmethod
+    def schedule(self) -> ScheduledBatch:
+        """This step's plan, its memory allocated; nothing is left pending afterwards."""
+
+    @abstractmethod
+    def preempt_all_running(self) -> None:
+        """Preempt every running request (``reset_prefix_cache(reset_running_requests=True)``);
+        raise ValueError if this engine does not (``EngineSemantics.reset_running_refusal``)."""
 
 
 class EngineSemantics(ABC):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from engine import events as ev
+import engine.events as ev
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import SequenceGroup, SeqStatus
 from engine.core.worst_case import blocks_needed_worst_case, pool_too_small
-from engine.sched.interface import EngineSemantics, ScheduledBatch
+from engine.sched.interface import EngineSemantics, ScheduledBatch, Scheduler
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -44,7 +44,7 @@ def first_decode_blocks(g: SequenceGroup, block_size: int) -> int:
     return sum(1 for s in g.seqs if s.num_tokens % block_size == 0)
 
 
-class SchedulerV0:
+class SchedulerV0(Scheduler):
     def __init__(self, bm: BlockManager, preemption_mode: str, max_num_seqs: int,
                  max_num_batched_tokens: int, emit: Callable[[ev.Event], None]):
         self.bm = bm
@@ -142,10 +142,10 @@ class SchedulerV0:
             need, new_tokens = sum(b for b, _ in needs), sum(t for _, t in needs)
             then = first_decode_blocks(g, self.bm.block_size)
             worst_then = max(then, fanout(g))
-            alone = not self.running and not batch.groups
+            alone = not self.running and not batch.scheduled
             if need + (then if alone else worst_then) + reserved > self.bm.gpu.num_free:
                 break
-            if batch.groups and tokens + new_tokens > self.max_num_batched_tokens:
+            if batch.scheduled and tokens + new_tokens > self.max_num_batched_tokens:
                 break
             if self.num_running_seqs() + fanout(g) > self.max_num_seqs:
                 break
@@ -156,17 +156,12 @@ class SchedulerV0:
                 if s is first and g.num_cached_tokens is None:
                     g.num_cached_tokens = start
                 s.status = SeqStatus.RUNNING
-                bs = self.bm.block_size
-                batch.seqs.append(s)
-                batch.starts.append(start)
-                batch.ends.append(s.num_tokens)          # a prefill runs to the prompt's end
-                batch.slot_mapping += [s.block_table[p // bs] * bs + p % bs
-                                       for p in range(start, s.num_tokens)]
+                batch.add(g, s, start, s.num_tokens)     # a prefill runs to the prompt's end
+                batch.slot_mapping += self.bm.slots(s, start, s.num_tokens)
                 self.emit(ev.Prefill(s.seq_id, start, s.num_tokens))
                 tokens += s.num_tokens - start
-            batch.groups.append(g)
             self._insert(self.running, g)
-        return batch if batch.groups else None
+        return batch if batch.scheduled else None
 
     def _decode(self, swap_in: list[tuple[int, int]]) -> ScheduledBatch:
         batch = ScheduledBatch("decode", swap_in=swap_in)
@@ -192,18 +187,19 @@ class SchedulerV0:
                 continue
             for s in g.seqs:
                 batch.slot_mapping.append(self.bm.append_slot(s))
-                batch.seqs.append(s)
-                batch.starts.append(s.num_computed)      # the newest token, fed back
-                batch.ends.append(s.num_computed + 1)
-            batch.groups.append(g)
+                batch.add(g, s, s.num_computed, s.num_computed + 1)   # the newest token, fed back
             kept.append(g)
         self.running = kept
         assert not (swap_in and batch.swap_out), "a step never swaps both ways"
         batch.copies = self.bm.pending_copies
         self.bm.pending_copies = []
-        if not batch.seqs:
+        if not batch.scheduled:
             batch.kind = "idle"
         return batch
+
+    def preempt_all_running(self) -> None:
+        """vLLM v0's ``reset_prefix_cache`` never preempts: refused, with the reason."""
+        raise ValueError(V0Semantics.reset_running_refusal)
 
     def _preempt(self, g: SequenceGroup, swap: bool = True) -> list[tuple[int, int]]:
         self.num_preemptions += 1

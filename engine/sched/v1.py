@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from engine import events as ev
+import engine.events as ev
+from engine.core.block_math import cdiv, slot_of
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 from engine.core.worst_case import kv_tokens_at_most, pool_too_small
 from engine.processing.parallel_sampling import child_request_ids
-from engine.sched.interface import EngineSemantics, ScheduledBatch
+from engine.sched.interface import EngineSemantics, ScheduledBatch, Scheduler
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -44,7 +45,7 @@ RESET_RULE = ("reset_prefix_cache(reset_running_requests=True) preempts every ru
               "queue (so they resume in admission order), and then no block is in use")
 
 
-class SchedulerV1:
+class SchedulerV1(Scheduler):
     def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
                  long_prefill_token_threshold: int, emit: Callable[[ev.Event], None]):
         self.bm = kv
@@ -129,25 +130,21 @@ class SchedulerV1:
             self.running.append(g)
             self._add(batch, g, seq, num_new)
             budget -= num_new
-        kinds = {"decode" if e - s == 1 and s >= q.prompt_len else "prefill"
-                 for q, s, e in zip(batch.seqs, batch.starts, batch.ends)}
+        kinds = {"decode" if r.is_decode else "prefill" for r in batch.scheduled}
         batch.kind = "idle" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
-        batch.is_prefill = any(e - s > 1 for s, e in zip(batch.starts, batch.ends))
+        batch.is_prefill = any(r.num_tokens > 1 for r in batch.scheduled)
         return batch
 
     def _add(self, batch: ScheduledBatch, g: SequenceGroup, seq: Sequence, num_new: int) -> None:
         start = seq.num_computed               # after any prefix hits
         end = start + num_new
-        batch.groups.append(g)
-        batch.seqs.append(seq)
-        batch.starts.append(start)
-        batch.ends.append(end)
+        batch.add(g, seq, start, end)
         batch.slot_mapping += self.bm.slots(seq, start, end)
-        if num_new == 1 and start >= seq.prompt_len:        # a decode token
+        if batch.scheduled[-1].is_decode:
             bs = self.bm.block_size
             b = seq.block_table[start // bs]
             self.emit(ev.Append(seq.seq_id, seq.token_ids[start], start // bs, b,
-                                b * bs + start % bs))
+                                slot_of(seq.block_table, start, bs)))
         else:                                               # a prompt chunk (or a recompute)
             self.emit(ev.Prefill(seq.seq_id, start, end, seq.num_tokens))
 
@@ -207,7 +204,7 @@ class V1Semantics(EngineSemantics):
         # each of the n child requests must fit alone (the others can be preempted), in every
         # block but the null block; the extra children simply queue
         # (vllm/v1/engine/parallel_sampling.py), so n may exceed max_num_seqs
-        need = -(-kv_tokens_at_most(num_prompt_tokens, params.max_tokens) // config.block_size)
+        need = cdiv(kv_tokens_at_most(num_prompt_tokens, params.max_tokens), config.block_size)
         usable = config.num_gpu_blocks - 1
         if need > usable:
             raise ValueError(pool_too_small(need, num_prompt_tokens, params.max_tokens,

@@ -1,7 +1,7 @@
 """Paged decode attention in Triton: split-K ("flash-decoding") + a small merge kernel.
 
 Same signature and result as ``paged_kernels.reference.paged_decode_attention``. The previous kernel,
-kept selectable (``backend="triton-legacy"``) until a GPU run confirms paged_kernels/triton_decode.py:
+kept as the kernel benchmark's baseline for paged_kernels/triton_decode.py (no engine backend):
 it loads one page id per *token* and sizes its splits from the padded block-table width.
 
 How it reads the paged cache

@@ -207,3 +207,13 @@ def test_max_tokens_none_runs_to_max_model_len(tiny_llama):
     assert len(out.outputs[0].token_ids) == 7 and out.outputs[0].finish_reason == "length"
     with pytest.raises(ValueError, match="max_tokens must be None"):
         SamplingParams(max_tokens=0)
+
+
+@pytest.mark.parametrize("backend", ["triton-legacy", "cuda-graphs", None])
+def test_a_backend_that_is_not_offered_is_refused_by_the_config(backend):
+    """The first Triton kernels are the kernel benchmark's baseline, not a backend: the config
+    refuses them (and any other value), naming the field and what it takes."""
+    with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'torch', 'triton'\)"):
+        EngineConfig(backend=backend)
+    for ok in ("auto", "torch", "triton"):
+        assert EngineConfig(backend=ok).backend == ok

@@ -48,6 +48,7 @@ import math
 from hypothesis import HealthCheck, given, settings, strategies as st, target
 
 from engine import Engine, EngineConfig, SamplingParams
+from engine.core.block_math import cdiv
 
 VOCAB = 64                      # micro_llama's vocabulary (its EOS id is 3)
 BLOCK_SIZES = [1, 2, 4, 8, 16]
@@ -71,7 +72,7 @@ def worst_case_blocks(prompt_len: int, params: SamplingParams, block_size: int) 
     """The worst-case rule (docs/architecture.md#a-request-fits, Engine.blocks_needed_worst_case): the last sampled token's K/V is never
     written, so a sequence holds at most ceil((prompt + max_tokens - 1) / block_size) blocks."""
     shared = prompt_len // block_size
-    per_seq = -(-(prompt_len + params.max_tokens - 1) // block_size) - shared
+    per_seq = cdiv(prompt_len + params.max_tokens - 1, block_size) - shared
     return shared + params.width * per_seq
 
 
@@ -147,7 +148,7 @@ def check_program(model: str, program: list, roomy_bs: int, small_bs: int, mode:
     reqs = [arg for op, arg in program if op == "add"]
     null = 1 if semantics == "v1" else 0
     if semantics == "v1":   # n children share nothing without prefix caching (the roomy run)
-        roomy_need = sum(sp.width * -(-(len(p) + sp.max_tokens - 1) // roomy_bs)
+        roomy_need = sum(sp.width * cdiv(len(p) + sp.max_tokens - 1, roomy_bs)
                          for p, sp in reqs) + 2 + null
     else:   # v0 also decodes only with a free block per running sequence (vLLM v0's rule)
         roomy_need = sum(worst_case_blocks(len(p), sp, roomy_bs) + sp.width

@@ -15,6 +15,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st, target
 
 from engine import Engine, EngineConfig, SamplingParams
+from engine.core.block_math import cdiv
 from analysis.block_size_sweep import block_size_sweep
 from analysis.length_replay import replay_trace
 from analysis.workloads import ALPACA, SHAREGPT, run_trace, synthetic_trace
@@ -64,7 +65,7 @@ def test_replay_matches_the_engine(reqs, shuffled, block_size, extra_blocks, max
     arrivals = [g for _, _, g in reqs] if shuffled else \
         pd.Series([g for _, _, g in reqs]).cumsum().tolist()     # gaps: idle steps
     trace = pd.DataFrame({"arrival_step": arrivals, "prompt_len": prompt, "output_len": output})
-    largest = max(-(-(p + o - 1) // block_size) for p, o in zip(prompt, output))
+    largest = max(cdiv(p + o - 1, block_size) for p, o in zip(prompt, output))
     config = EngineConfig(block_size=block_size, num_gpu_blocks=largest + extra_blocks,
                           max_history=1, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens)

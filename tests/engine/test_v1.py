@@ -511,8 +511,11 @@ def test_reset_with_running_requests_preempts_them_and_keeps_outputs(tiny_llama)
     assert kinds_seen[-1] == "cache_reset" and snap.stats.num_preemptions == 3
     assert all(b.block_hash is None for b in snap.blocks)
     assert eng.snapshot.stats.prefix_cache_preempted_queries > 0      # they looked up again
+    v0 = Engine.length_only(EngineConfig(block_size=4))
     with pytest.raises(ValueError, match="vLLM v1's"):
-        Engine.length_only(EngineConfig(block_size=4)).reset_prefix_cache(True)
+        v0.reset_prefix_cache(True)
+    with pytest.raises(ValueError, match="vLLM v1's"):      # its scheduler refuses it too
+        v0.scheduler.preempt_all_running()
     with pytest.raises(ValueError, match="True or False"):
         eng.reset_prefix_cache("yes")
 

@@ -45,8 +45,8 @@ def device(request):
 
 @pytest.fixture(params=["current", "legacy"])
 def tk(request):
-    """The Triton kernel modules (current, and the legacy decode/prefill kept selectable until a
-    GPU run confirms the current ones), imported once the interpreter switch is settled."""
+    """The Triton kernel modules (current, and the legacy decode/prefill: the kernel benchmark's
+    baseline), imported once the interpreter switch is settled."""
     from paged_kernels import triton_cache_ops
     if request.param == "legacy":
         from paged_kernels.legacy import triton_decode, triton_prefill

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from engine.core.block_math import cdiv
 from paged_kernels.triton_support import triton_importable
 
 needs_triton = pytest.mark.skipif(not triton_importable(), reason="triton not installed")
@@ -10,7 +11,7 @@ needs_triton = pytest.mark.skipif(not triton_importable(), reason="triton not in
 def paged_setup(lengths, block_size, hkv, d, dtype, device, seed, extra_cols=0):
     """Random caches; each sequence in random, non-contiguous physical blocks (padding 0)."""
     gen = torch.Generator().manual_seed(seed)
-    need = [-(-n // block_size) for n in lengths]
+    need = [cdiv(n, block_size) for n in lengths]
     num_blocks = sum(need) + 5
     k_cache = torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(dtype)
     v_cache = torch.randn(num_blocks, block_size, hkv, d, generator=gen).to(dtype)

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from engine.core.block_math import cdiv
 from paged_kernels import reference as ref
 
 
@@ -25,7 +26,7 @@ def scatter_sequences(lengths, block_size, hkv, d, num_blocks, gen):
     perm = torch.randperm(num_blocks, generator=gen).tolist()
     tables, ks, vs = [], [], []
     for L in lengths:
-        n = -(-L // block_size)
+        n = cdiv(L, block_size)
         blocks = [perm.pop() for _ in range(n)]
         tables.append(blocks)
         ks.append(k_cache[blocks].flatten(0, 1)[:L])

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from paged_kernels import get_ops, resolve_backend  # noqa: E402
+from paged_kernels import BACKENDS, get_ops, resolve_backend  # noqa: E402
 from paged_kernels import reference as ref  # noqa: E402
 from tests.paged_kernels.helpers import close, needs_triton, paged_setup  # noqa: E402
 
@@ -121,6 +121,14 @@ def test_auto_is_torch_on_cpu():
 def test_unknown_backend_is_value_error():
     with pytest.raises(ValueError, match="unknown kernel backend"):
         resolve_backend("cuda-graphs", "cpu")
+
+
+def test_the_legacy_kernels_are_no_backend():
+    """They stay the kernel benchmark's baseline (imported from paged_kernels/legacy/)."""
+    assert BACKENDS == ("torch", "triton")
+    for ask in (lambda: resolve_backend("triton-legacy", "cpu"), lambda: get_ops("triton-legacy")):
+        with pytest.raises(ValueError, match="unknown kernel backend"):
+            ask()
 
 
 @needs_triton

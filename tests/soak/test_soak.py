@@ -70,6 +70,7 @@ import pytest
 import torch
 
 from engine import Engine, EngineConfig, SamplingParams
+from engine.core.block_math import cdiv
 
 try:                                   # optional: a progress bar
     from tqdm import tqdm
@@ -134,7 +135,7 @@ def worst_case_blocks(prompt_len: int, params: SamplingParams, block_size: int) 
     """The worst-case rule (docs/architecture.md#a-request-fits, Engine.blocks_needed_worst_case): the last sampled token's K/V is never
     written, so a sequence holds at most ceil((prompt + max_tokens - 1) / block_size) blocks."""
     shared = prompt_len // block_size
-    per_seq = -(-(prompt_len + params.max_tokens - 1) // block_size) - shared
+    per_seq = cdiv(prompt_len + params.max_tokens - 1, block_size) - shared
     return shared + params.width * per_seq
 
 
