@@ -14,7 +14,10 @@ as token ids, and on each ``step()`` reads, from vLLM's own objects (vLLM 0.32,
   ``EngineCoreOutputs`` of ``update_from_output`` (new tokens, finish and stop reasons).
 Nothing is changed in vLLM: the wrappers call the original and keep what it returned. Request
 ids are the caller's: vLLM's random suffix is removed, and an n > 1 request's children are
-``"{i}_{id}"`` as vLLM names them.
+``"{i}_{id}"`` as vLLM names them (``child_request_ids``, as our engine names its own).
+What arrived during a step (outputs, KV event batches, prefix-cache counts) is taken by
+``drain()``, which ``step()`` calls; ``view()`` only reads, so it can be called any number of
+times.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from engine.processing.parallel_sampling import child_request_ids
 from real_vllm.environment import VllmUnavailable, import_vllm, installed_version
 from real_vllm.state import Completion, StepView
 
@@ -130,11 +134,16 @@ class RealVllmEngine:
             _need(sched, name, "Scheduler")
         _need(self.pool, "free_block_queue", "BlockPool")
         self._ours: dict[str, str] = {}            # vLLM's request id -> the caller's
+        self._internal: dict[str, str] = {}        # the caller's request id -> vLLM's
         self._children: dict[str, list[str]] = {}  # caller's parent id -> child ids
         self.completions: dict[str, Completion] = {}
         self.num_cached_tokens: dict[str, int] = {}
         self.step_no = 0
         self._finished_now: dict[str, str] = {}
+        # what the last drain() took: the last step's new tokens, finishes and KV batches
+        self._new_tokens: dict[str, list[int]] = {}
+        self._finished: dict[str, str] = {}
+        self._kv_events: list[bytes] = []
         # vLLM's PrefixCacheStats (tokens), summed over the steps' SchedulerStats, which carry
         # each step's counts (KVCacheManager.make_prefix_cache_stats resets them)
         self.prefix_cache = {"queries": 0, "hits": 0, "preempted_queries": 0,
@@ -188,11 +197,19 @@ class RealVllmEngine:
             prompt["cache_salt"] = cache_salt
         internal = self.llm.add_request(request_id, prompt, to_vllm_params(params, self.logprobs))
         self._ours[internal] = request_id
-        if params.n > 1:
-            kids = [f"{i}_{request_id}" for i in range(params.n)]
+        self._internal[request_id] = internal
+        kids = child_request_ids(request_id, params.n)
+        if kids:
             self._children[request_id] = kids
-            for i, kid in enumerate(kids):
-                self._ours[f"{i}_{internal}"] = kid
+            for kid, internal_kid in zip(kids, child_request_ids(internal, params.n)):
+                self._ours[internal_kid] = kid
+                self._internal[kid] = internal_kid
+
+    def request(self, request_id: str):
+        """vLLM's ``Request`` for the caller's id (a child's id for an n > 1 request's child),
+        None once vLLM has let it go (finished or aborted) or before it was added."""
+        internal = self._internal.get(request_id)
+        return self.scheduler.requests.get(internal) if internal is not None else None
 
     def abort_request(self, request_id: str) -> None:
         self.llm.abort_request([request_id])
@@ -232,14 +249,16 @@ class RealVllmEngine:
                 self.completions[rid] = Completion(list(c.token_ids), c.finish_reason,
                                                    c.stop_reason, c.text, logprobs)
         self.step_no += 1
+        self.drain()
         return self.view()
 
-    def view(self) -> StepView:
+    def drain(self) -> tuple[dict[str, list[int]], dict[str, str], list[bytes]]:
+        """Take what arrived since the last drain: the engine core's outputs (new tokens; the
+        prefix-cache counts, added to ``prefix_cache``), the requests finished and the KV
+        event batches published. Kept for ``view()`` until the next drain, and returned as
+        (new tokens, finished, KV event payloads)."""
         ours = self._ours.get
-        sched, pool = self.scheduler, self.pool
-        scheduled = ({ours(r, r): n for r, n in self._scheduled.num_scheduled_tokens.items()}
-                     if self._scheduled is not None else {})
-        new_tokens = {}
+        new_tokens: dict[str, list[int]] = {}
         for outs in self._core_outputs:
             for eco in outs.values():
                 stats = eco.scheduler_stats
@@ -253,16 +272,26 @@ class RealVllmEngine:
                             o.new_token_ids)
         self._core_outputs.clear()
         finished, self._finished_now = self._finished_now, {}
+        batches = [msgspec.msgpack.encode(type(b)(ts=0.0, events=b.events,
+                                                  data_parallel_rank=b.data_parallel_rank))
+                   for b in self._batches]
+        self._batches.clear()
+        self._new_tokens, self._finished, self._kv_events = new_tokens, finished, batches
+        return new_tokens, finished, batches
+
+    def view(self) -> StepView:
+        """vLLM's state now, with what the last step scheduled and preempted and what the last
+        ``drain()`` took. Reads only: calling it twice gives the same view."""
+        ours = self._ours.get
+        sched, pool = self.scheduler, self.pool
+        scheduled = ({ours(r, r): n for r, n in self._scheduled.num_scheduled_tokens.items()}
+                     if self._scheduled is not None else {})
         live = list(sched.requests.values())
         tables = {}
         for r in live:
             blocks = self._blocks_of.get(r.request_id)
             if blocks:
                 tables[ours(r.request_id, r.request_id)] = [b.block_id for b in blocks]
-        batches = [msgspec.msgpack.encode(type(b)(ts=0.0, events=b.events,
-                                                  data_parallel_rank=b.data_parallel_rank))
-                   for b in self._batches]
-        self._batches.clear()
         return StepView(
             step=self.step_no, scheduled=scheduled,
             preempted=[ours(r, r) for r in self._preempted],
@@ -274,4 +303,6 @@ class RealVllmEngine:
             block_hashes={b.block_id: bytes(b.block_hash[:-4]).hex() for b in pool.blocks
                           if b.block_hash is not None},
             free_queue=[b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-            kv_events=batches, new_tokens=new_tokens, finished=finished)
+            kv_events=list(self._kv_events),
+            new_tokens={rid: list(t) for rid, t in self._new_tokens.items()},
+            finished=dict(self._finished))

@@ -4,8 +4,9 @@ lab (block tables, pool, narration, metrics, waste, timeline, trace export) draw
 An observer of a ``RealVllmEngine`` (real_vllm/adapter.py): after each step it reads vLLM's
 own objects (its requests, ``req_to_blocks``, every block's ``ref_cnt`` and ``block_hash``,
 the free queue, the scheduler's output, the KV event batches it published, its
-``PrefixCacheStats``) and builds the snapshot our engine would build from its own state
-(engine/observe/snapshot.py). Where vLLM keeps no record of a change (it logs no "block
+``PrefixCacheStats``) and gives those values to the builder our recorder uses
+(engine/observe/snapshot.py: block states, pool stats, the snapshot, its history), with the
+same contiguous baselines (``ContiguousBaselines``): our view, filled from vLLM's objects. Where vLLM keeps no record of a change (it logs no "block
 allocated"), the step's events are read off its state, from schedule's return to the step's
 end (docs/vllm-fidelity.md, "Real vLLM on the page"):
 - ``Alloc`` / ``PrefixHit``: a block new in a request's table right after ``schedule``; a hit
@@ -25,16 +26,16 @@ tokens (vLLM keeps its K/V), any other free block holds none.
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
 
 from engine import events as ev
 from engine.kv_events.cache_view import PrefixCacheView
 from engine.kv_events.subscriber import ReceivedBatch
 from engine.kv_events.wire import AllBlocksCleared, BlockRemoved, BlockStored, decode_batch, \
     hash_hex
-from engine.observe.accounting import Slab, baseline_accounting, paged_accounting
-from engine.observe.baselines import POLICIES, ContiguousAllocator
-from engine.observe.snapshot import BlockState, PoolStats, SeqState, StepSnapshot
+from engine.observe.observers import ContiguousBaselines
+from engine.observe.snapshot import PoolContents, PrefixCacheCounts, SeqState, \
+    SnapshotHistory, StepSnapshot, step_snapshot
+from engine.processing.parallel_sampling import child_request_ids
 from real_vllm.state import StepView
 
 SEMANTICS = "vllm"          # the snapshots' engine: real vLLM (its label: app/views/common.py)
@@ -43,10 +44,11 @@ PREEMPT_RULE = ("real vLLM preempted the last request of its running queue (the 
                 "of the waiting queue")
 
 
-class VllmSnapshots:
+class VllmSnapshots(SnapshotHistory):
     """Snapshots of ``vllm`` (a RealVllmEngine), one per step, kept in ``history``."""
 
     def __init__(self, vllm, *, model: str, max_model_len: int, max_history: int = 400):
+        super().__init__(max_history)
         self.vllm = vllm
         self.model = model
         self.block_size = bs = vllm.settings.block_size
@@ -58,11 +60,7 @@ class VllmSnapshots:
         from real_vllm.environment import installed_version
         self.backend = f"real vLLM {installed_version()}"
         self.device = str(getattr(vllm.llm.vllm_config.device_config, "device_type", "cpu"))
-        self.history: deque[StepSnapshot] = deque(maxlen=max_history)
-        self.event_counts: Counter[str] = Counter()
-        self.accounting_log: list[tuple[int, tuple]] = []
         self._seq_ids: dict[str, int] = {}           # request id -> sequence id, in add order
-        self._internal_ids: dict[str, str] = {}      # request id -> vLLM's request id
         self._born: dict[str, int] = {}
         self._prompts: dict[str, list[int]] = {}
         self._max_tokens: dict[str, int] = {}
@@ -74,31 +72,22 @@ class VllmSnapshots:
         self._hashes: dict[int, str] = {}
         self.num_finished = 0
         self.num_preemptions = 0
-        self._baselines = {p: ContiguousAllocator(p, (self.num_blocks - 1) * bs, max_model_len)
-                           for p in POLICIES}
+        self.baselines = ContiguousBaselines((self.num_blocks - 1) * bs, max_model_len)
         # real vLLM's prefix cache rebuilt from the KV event batches it published, as the
         # Watch view rebuilds a vllm serve's (the prefix tree draws it)
         self.cache_view = PrefixCacheView()
-        self.recorded = 0
         self.record(vllm.view(), "init", (), 0.0)
 
     # ---- requests ------------------------------------------------------------------------
     def on_add(self, request_id: str, prompt_token_ids: list[int], params) -> None:
         """A request was added to vLLM (an n > 1 request: each child, as vLLM splits it)."""
-        self._internal_ids = {ours: internal for internal, ours in self.vllm._ours.items()}
-        kids = ([f"{i}_{request_id}" for i in range(params.n)] if params.n > 1
-                else [request_id])
-        for rid in kids:
+        for rid in child_request_ids(request_id, params.n) or [request_id]:
             self._seq_ids[rid] = len(self._seq_ids)
             self._born[rid] = self.vllm.step_no
             self._prompts[rid] = list(prompt_token_ids)
             self._max_tokens[rid] = params.max_tokens
-            for a in self._baselines.values():
-                a.add(rid, len(prompt_token_ids), params.max_tokens, 1)
-        if self.recorded == 1 and self.history[-1].kind == "init":   # as our recorder does
-            self.history.pop()
-            self.recorded = 0
-            self.record(self.vllm.view(), "init", (), 0.0)
+            self.baselines.add(rid, len(prompt_token_ids), params.max_tokens, 1)
+        self.renew_init(lambda: self.record(self.vllm.view(), "init", (), 0.0))
 
     # ---- steps ---------------------------------------------------------------------------
     def step(self) -> StepView:
@@ -115,14 +104,10 @@ class VllmSnapshots:
         kinds = {e.kind for e in events if e.kind in ("prefill", "append")}
         kind = ("idle" if not kinds else "mixed" if len(kinds) == 2
                 else "prefill" if "prefill" in kinds else "decode")
-        for rid, reason in view.finished.items():
-            out_len = len(self.vllm.completions[rid].token_ids)
-            for a in self._baselines.values():
-                if out_len < self._max_tokens[rid]:
-                    a.set_output_len(rid, out_len)
-        for a in self._baselines.values():
-            if a.has_unfinished():
-                a.step()
+        for rid in view.finished:
+            self.baselines.finish(rid, len(self.vllm.completions[rid].token_ids),
+                                  self._max_tokens[rid])
+        self.baselines.step()
         self.record(view, kind, tuple(events), elapsed)
         return view
 
@@ -211,12 +196,7 @@ class VllmSnapshots:
         return self._prompts[rid] + (list(done.token_ids) if done else [])
 
     def _request(self, rid: str):
-        internal = self._internal().get(rid)
-        return self.vllm.scheduler.requests.get(internal) if internal is not None else None
-
-    def _internal(self) -> dict[str, str]:
-        """The caller's request id -> vLLM's (refreshed when requests are added)."""
-        return self._internal_ids
+        return self.vllm.request(rid)
 
     def _fill(self, table: list[int], computed: list[int]) -> None:
         bs = self.block_size
@@ -227,18 +207,14 @@ class VllmSnapshots:
 
     # ---- the snapshot --------------------------------------------------------------------
     def record(self, view: StepView, kind: str, events: tuple, step_time: float) -> StepSnapshot:
-        internal = self._internal()
-        requests = self.vllm.scheduler.requests
         running = set(view.running)
-        seqs, owners = [], {}
+        seqs = []
         for rid, sid in self._seq_ids.items():
             if rid in self._done:
                 seqs.append(self._done[rid])
                 continue
-            r = requests.get(internal.get(rid))
+            r = self._request(rid)
             table = tuple(view.block_tables.get(rid, ()))
-            for b in table:
-                owners.setdefault(b, []).append(sid)
             done = self.vllm.completions.get(rid)
             if r is not None:
                 tokens, computed = tuple(r.all_token_ids), r.num_computed_tokens
@@ -258,19 +234,14 @@ class VllmSnapshots:
                 self.num_finished += 1
             seqs.append(state)
         hashes = view.block_hashes
-        blocks = []
-        free = set(view.free_queue)
-        for b, rc in enumerate(view.ref_counts):
-            h = hashes.get(b)
-            if b == self.null_block:
-                st = "null"
-            else:
-                st = "shared" if rc > 1 else "used" if rc == 1 else "cached" if h else "free"
-            if rc == 0 and not h:
+        for b, rc in enumerate(view.ref_counts):   # a free block without a hash holds nothing
+            if rc == 0 and not hashes.get(b):
                 self._tokens[b] = ()
-            toks = self._tokens.get(b, ())
-            blocks.append(BlockState(b, "gpu", rc, len(toks), tuple(owners.get(b, ())), h,
-                                     toks, st))
+        n = self.num_blocks
+        gpu = PoolContents("gpu", self.block_size, list(view.ref_counts),
+                           [hashes.get(b) for b in range(n)],
+                           [self._tokens.get(b, ()) for b in range(n)], view.free_queue,
+                           n - 1, self.null_block)
         self._ref_counts = list(view.ref_counts)
         self._hashes = dict(hashes)
         self._hash_to_block = {h: b for b, h in hashes.items()}
@@ -279,37 +250,16 @@ class VllmSnapshots:
                 del self._tables[rid]
         self._tables.update({rid: list(t) for rid, t in view.block_tables.items()})
         self.num_preemptions += len(view.preempted)
-        used = [s for s in blocks if s.ref_count and s.block_id != self.null_block]
-        usable = self.num_blocks - 1
         pc = self.vllm.prefix_cache
-        stats = PoolStats(
-            total_blocks=self.num_blocks, free_blocks=len(free), used_blocks=len(used),
-            shared_blocks=sum(1 for s in used if s.ref_count > 1),
-            cached_free_blocks=sum(1 for b in free if b in hashes),
-            used_token_slots=sum(s.filled for s in used),
-            token_capacity=self.num_blocks * self.block_size,
-            bytes_per_block=self.bytes_per_block, cpu_total_blocks=0, cpu_used_blocks=0,
-            num_waiting=len(view.waiting), num_running=len(view.running), num_swapped=0,
+        return self.keep(step_snapshot(
+            step=self.vllm.step_no, kind=kind, index=self.recorded, model=self.model,
+            backend=self.backend, device=self.device, semantics=SEMANTICS,
+            sequences=tuple(seqs), gpu=gpu, cpu=None,
+            queues=(len(view.waiting), len(view.running), 0),
             logical_blocks=sum(len(t) for t in view.block_tables.values()),
-            kv_cache_usage_perc=1 - len(free) / usable if usable else 0.0,
-            prefix_cache_queries=pc["queries"], prefix_cache_hits=pc["hits"],
-            num_preemptions=self.num_preemptions, null_blocks=1,
-            prefix_cache_preempted_queries=pc["preempted_queries"],
-            prefix_cache_preempted_hits=pc["preempted_hits"])
-        accounting = (paged_accounting(stats, self.block_size, len(view.running),
-                                       self.num_finished),) + \
-            tuple(baseline_accounting(a.accounting()) for a in self._baselines.values())
-        slabs = tuple(Slab(p, *row) for p, a in self._baselines.items() for row in a.slabs())
-        snap = StepSnapshot(self.vllm.step_no, kind, self.model, self.backend, self.device,
-                            self.block_size, tuple(seqs), tuple(blocks), (), stats, events,
-                            step_time, accounting, self.recorded, slabs, SEMANTICS)
-        self.recorded += 1
-        if kind != "init":
-            self.accounting_log.append((snap.step, snap.accounting))
-        self.event_counts.update(e.kind for e in events)
-        self.history.append(snap)
-        return snap
-
-    @property
-    def snapshot(self) -> StepSnapshot:
-        return self.history[-1]
+            bytes_per_block=self.bytes_per_block,
+            prefix_cache=PrefixCacheCounts(pc["queries"], pc["hits"], pc["preempted_queries"],
+                                           pc["preempted_hits"]),
+            num_preemptions=self.num_preemptions, running_seqs=len(view.running),
+            finished=self.num_finished, baselines=self.baselines.accounting(),
+            slabs=self.baselines.slabs(), events=events, step_time_s=step_time))

@@ -39,7 +39,7 @@ def test_snapshots_round_trip_through_json(tiny_llama):
 
 def test_cached_snapshot_parts_equal_a_fresh_build(tiny_llama):
     """Snapshots reuse unchanged blocks and finished sequences; they must never go stale."""
-    from engine.observe.snapshot import build_snapshot
+    from engine.observe.observers import build_snapshot
 
     eng = Engine(EngineConfig(model=tiny_llama[0], block_size=4, num_gpu_blocks=20, seed=3,
                               preemption_mode="swap", num_cpu_blocks=20,

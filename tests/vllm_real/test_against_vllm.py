@@ -9,7 +9,7 @@ import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
 from real_vllm.lockstep import Lockstep
-from tests.vllm_real.workloads import WORKLOADS, Workload, toks
+from tests.vllm_real.workloads import P64, WORKLOADS, Workload, toks
 
 MAX_STEPS = 400
 
@@ -92,5 +92,27 @@ def test_stop_strings_match_real_vllm(vllm_ready):
         check_outputs(ls)
         texts = [ls.engine.get_output(r).outputs[0].text for r in ("a", "b")]
         assert texts[0] + stop == texts[1] and ls.engine.get_output("a").outputs[0].finish_reason == "stop"
+    finally:
+        ls.close()
+
+
+def test_viewing_vllm_changes_nothing(vllm_ready):
+    """The adapter's ``view()`` only reads: ``drain()`` (which ``step()`` calls) takes what
+    arrived. Two views after a step are equal, a second drain finds nothing, and the step's
+    view still holds its tokens and KV batches."""
+    ls = run_workload(Workload("view_twice", [
+        ("add", "p", P64 + toks(600, 5), dict(n=2, temperature=1.0, seed=4, max_tokens=6,
+                                              ignore_eos=True)), ("step", 1)]))
+    try:
+        stepped = ls.steps[-1].theirs
+        first, again = ls.vllm.view(), ls.vllm.view()
+        assert first == again == stepped
+        assert stepped.new_tokens and sum(len(t) for t in stepped.new_tokens.values()) == 2
+        assert stepped.kv_events, "no KV event batch in the step"
+        assert set(stepped.new_tokens) == {"0_p", "1_p"}            # vLLM's child ids
+        counts = dict(ls.vllm.prefix_cache)
+        assert ls.vllm.drain() == ({}, {}, [])
+        assert ls.vllm.prefix_cache == counts
+        assert ls.vllm.request("0_p") is not None and ls.vllm.request("p") is None
     finally:
         ls.close()
