@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 
 from engine import events as ev
+from engine.core.block_math import slot_of
 from engine.kv_events.cache_view import PrefixCacheView
 from engine.kv_events.subscriber import ReceivedBatch
 from engine.kv_events.wire import AllBlocksCleared, BlockRemoved, BlockStored, decode_batch, \
@@ -152,8 +153,8 @@ class VllmSnapshots(SnapshotHistory):
             self._tables[rid] = table
             tokens = self._token_ids(rid)
             if n == 1 and start >= len(self._prompts[rid]):
-                b = table[start // bs]
-                out.append(ev.Append(seq[rid], tokens[start], start // bs, b, b * bs + start % bs))
+                out.append(ev.Append(seq[rid], tokens[start], start // bs, table[start // bs],
+                                     slot_of(table, start, bs)))
             elif n:
                 out.append(ev.Prefill(seq[rid], start, computed, num_tokens))
             self._fill(table, tokens[:computed])
