@@ -19,9 +19,9 @@ if str(ROOT) not in sys.path:          # `streamlit run app` puts only app/ on t
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from app import state  # noqa: E402
+from app import process_memory  # noqa: E402
 
-state.limit_heap_arenas()              # once per process, before the sessions' threads allocate
+process_memory.limit_heap_arenas()     # once per process, before the sessions' threads allocate
 from app.views import controls, main_view, page_style, session, sidebar  # noqa: E402
 from app.views.common import short_errors  # noqa: E402
 

@@ -606,7 +606,7 @@ def test_narration_on_the_page_follows_the_order_of_events(server, browser, scen
     """The narration drawn after each Step is the step's events told in the order they
     happened (the same run, made here in this process, gives the events)."""
     from app.scenarios import preset, under_engine
-    from app.state import build_engine
+    from app.engine_build import build_engine
     from tests.app.test_narration import _check_order
     url, _ = server
     page = browser.new_page()

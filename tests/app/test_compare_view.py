@@ -6,7 +6,8 @@ import pytest
 
 from app.compare import Comparison, compare_table
 from app.scenarios import COMPARE_NOTES, SCENARIOS
-from app.state import build_engine, preset
+from app.engine_build import build_engine
+from app.scenarios import preset
 
 from .test_page import app, chart, lab, pool_cells, step  # noqa: F401  (fixtures + helpers)
 from .conftest import MODEL, needs_model
