@@ -57,7 +57,7 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
              "gives three of them a private copy; the full blocks stay shared.",
              Settings("parallel", prompts=_JULIET, n=4, temperature=0.8, max_tokens=16,
                       block_size=8, num_gpu_blocks=32, max_model_len=48),
-             # temperature > 0: a budget no prompt is chunked under (app/state.py says why)
+             # temperature > 0: a budget no prompt is chunked under (real_vllm/page_engine.py says why)
              Settings("parallel", prompts=_ROMEO_LONG, n=4, temperature=0.8, max_tokens=40,
                       block_size=32, num_gpu_blocks=24, max_model_len=128,
                       max_num_batched_tokens=512)),

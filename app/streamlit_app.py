@@ -1,7 +1,7 @@
 """PagedAttention Lab — the page (`streamlit run app`).
 
 Wiring only: the views are in app/views/ (one module each, the tabs in app/views/tabs.py), the
-session's engine lives in app.state.Lab, presets in app.scenarios, every figure is a pure
+session's engine lives in app.lab.Lab, presets in app.scenarios, every figure is a pure
 function in app.figures.*, the narration in app.narration, traces in app.trace_io.
 The page draws only from snapshots, their events and public Engine methods.
 Hosted for a class (app.hosting): the Model field offers only the operator's models, uploads
