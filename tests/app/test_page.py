@@ -142,7 +142,7 @@ def test_bad_input_shows_error_and_keeps_the_engine(app):
     at = app
     at.selectbox(key="w_scenario").set_value("parallel").run()
     step(at)
-    engine = lab(at).engine.engine                     # our Engine, under the page wrapper
+    engine = lab(at).engine
     for i, (key, value, words) in enumerate(BAD):
         set_widget(at, key, value)
         at.form_submit_button[0].click().run()
