@@ -12,24 +12,25 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from engine import Engine, StepSnapshot
+from engine import StepSnapshot
 from engine.sched.registry import SEMANTICS
 
 from app.hosting import public_message
+from app.page_engine import PageEngine
 from app.scenarios import Settings
 
 
 @dataclass
 class Comparison:
-    settings: Settings                            # with semantics "v0"; v1 replaces it
-    engines: dict[str, Engine | None] = field(default_factory=dict)
+    settings: Settings                            # each engine replaces its semantics
+    engines: dict[str, PageEngine | None] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     main: str | None = None                       # which engine is the lab's own
 
     @classmethod
-    def build(cls, settings: Settings, build_engine, main: Engine | None = None
+    def build(cls, settings: Settings, build_engine, main: PageEngine | None = None
               ) -> "Comparison":
-        cmp = cls(settings.replace(semantics="v0", real_vllm=False))
+        cmp = cls(settings.replace(real_vllm=False))
         if main is not None:
             cmp.main = main.semantics.name
         for sem, rules in SEMANTICS.items():      # each with the settings its engine fixes
@@ -47,6 +48,21 @@ class Comparison:
                     break
         return cmp
 
+    def follows(self, engine: PageEngine | None, settings: Settings) -> bool:
+        """Still the comparison ``engine`` (the lab's own) is one side of, on ``settings``'
+        requests and settings (under whichever engine's rules)."""
+        return self._is_main(engine) and \
+            settings.replace(semantics=self.settings.semantics, real_vllm=False) == self.settings
+
+    def step_with(self, engine: PageEngine) -> bool:
+        """``engine`` just stepped: if it is this comparison's own, its partners step too,
+        so the Compare tab stays in lockstep; False if none stepped."""
+        return self._is_main(engine) and self.step_partners()
+
+    def _is_main(self, engine) -> bool:
+        return self.main is not None and engine is not None and \
+            self.engines.get(self.main) is engine
+
     def step_partners(self) -> bool:
         """One step of every engine but the lab's that still has work; False if none had."""
         stepped = False
@@ -56,7 +72,7 @@ class Comparison:
                 stepped = True
         return stepped
 
-    def live(self) -> dict[str, Engine]:
+    def live(self) -> dict[str, PageEngine]:
         return {sem: e for sem, e in self.engines.items() if e is not None}
 
     @property
@@ -77,7 +93,7 @@ class Comparison:
         return e.snapshot if e is not None else None
 
 
-def _count(engine: Engine, kind: str) -> int:
+def _count(engine: PageEngine, kind: str) -> int:
     return engine.event_counts.get(kind, 0)
 
 

@@ -5,50 +5,18 @@ tokens) and small pools keep every block visible on one screen.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
-from engine.sched.registry import SEMANTICS, semantics_of
+from engine.sched.registry import SEMANTICS, current_vllm, semantics_of
+from real_vllm.adapter import CPU_BLOCK_MULTIPLE as REAL_VLLM_BLOCK_MULTIPLE
+
+from app.page_settings import Settings
 
 # The Engine choice that runs the real vLLM (its v1 engine, in this process: real_vllm/), beside
 # our engine's semantics names ("v0", "v1"). Settings keep ``semantics="v1"`` and
 # ``real_vllm=True`` for it: our v1 engine runs the same requests in lockstep.
 REAL_VLLM = "vllm"
 ENGINE_CHOICES = (*SEMANTICS, REAL_VLLM)
-# vLLM's CPU attention takes block sizes that are multiples of 32 (real_vllm/adapter.py)
-REAL_VLLM_BLOCK_MULTIPLE = 32
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything the sidebar edits; ``app.state.build_engine`` turns it into an Engine."""
-    scenario: str = "single"
-    semantics: str = "v0"            # which vLLM engine's rules: "v0" or "v1"
-    model: str = "default"
-    prompts: str = "ROMEO:"          # one prompt per line (one request each)
-    n: int = 1
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_tokens: int = 16
-    beam_width: int = 1
-    length_penalty: float = 1.0
-    seed: int = 0
-    ignore_eos: bool = True          # presets run to max_tokens so their point always shows
-    block_size: int = 8
-    num_gpu_blocks: int = 32
-    num_cpu_blocks: int = 0
-    preemption_mode: str = "recompute"
-    enable_prefix_caching: bool = False
-    backend: str = "auto"            # kernels: auto (Triton on CUDA, torch on CPU) / torch / triton
-    max_model_len: int | None = None  # None = the model's context; presets pick a visible slab
-    # v1 only: the token budget of one step (vLLM's max_num_batched_tokens); small in the
-    # presets so chunked prefill shows. v0 keeps vLLM's large default (whole prompts per step).
-    max_num_batched_tokens: int = 16
-    real_vllm: bool = False          # run the real vLLM (semantics "v1"), not our engine
-
-    def replace(self, **changes) -> "Settings":
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -89,7 +57,7 @@ SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
              "gives three of them a private copy; the full blocks stay shared.",
              Settings("parallel", prompts=_JULIET, n=4, temperature=0.8, max_tokens=16,
                       block_size=8, num_gpu_blocks=32, max_model_len=48),
-             # temperature > 0: a budget no prompt is chunked under (app/state.py says why)
+             # temperature > 0: a budget no prompt is chunked under (real_vllm/page_engine.py says why)
              Settings("parallel", prompts=_ROMEO_LONG, n=4, temperature=0.8, max_tokens=40,
                       block_size=32, num_gpu_blocks=24, max_model_len=128,
                       max_num_batched_tokens=512)),
@@ -158,8 +126,9 @@ def preset(key: str, model: str | None = None) -> Settings:
     return s.replace(model=model) if model else s
 
 
-# where a scenario's point reads differently under v1's rules (no fork, no copy-on-write)
-POINTS_V1: dict[str, str] = {
+# where a scenario's point reads differently under rules without fork and copy-on-write
+# (vLLM v1's: n > 1 runs as child requests, beam search is not in the engine)
+POINTS_WITHOUT_FORK: dict[str, str] = {
     "parallel": "The 4 samples are 4 child requests (v1 has no fork and no copy-on-write): the "
                 "first computes the prompt; the others find its full blocks in the prefix cache "
                 "(refcount 4), and each computes the partly filled last block itself.",
@@ -169,8 +138,8 @@ POINTS_V1: dict[str, str] = {
 
 def scenario_point(key: str, choice: str) -> str:
     """The one-sentence point of scenario ``key`` under the Engine choice ``choice``."""
-    if rules_of_choice(choice).name == "v1" and key in POINTS_V1:
-        return POINTS_V1[key]
+    if not rules_of_choice(choice).forks_sequences and key in POINTS_WITHOUT_FORK:
+        return POINTS_WITHOUT_FORK[key]
     return SCENARIOS[key].point
 
 
@@ -180,8 +149,8 @@ def engine_choice(s: Settings) -> str:
 
 
 def rules_of_choice(name: str):
-    """The rules an Engine choice follows (real vLLM: v1's)."""
-    return semantics_of("v1" if name == REAL_VLLM else name)
+    """The rules an Engine choice follows (real vLLM: those of the installed vLLM's engine)."""
+    return current_vllm() if name == REAL_VLLM else semantics_of(name)
 
 
 def under_engine(s: Settings, name: str) -> Settings:
@@ -191,11 +160,12 @@ def under_engine(s: Settings, name: str) -> Settings:
     Real vLLM runs v1's rules; where ``s`` has blocks real vLLM's CPU attention refuses, the
     scenario's real-vLLM preset is taken (same model and kernels)."""
     if name == REAL_VLLM:
-        base = under_engine(s, "v1").replace(real_vllm=True)
+        ours = current_vllm().name           # our engine that runs real vLLM's rules
+        base = under_engine(s, ours).replace(real_vllm=True)
         vllm_preset = SCENARIOS[s.scenario].real_vllm
         if base.block_size % REAL_VLLM_BLOCK_MULTIPLE and vllm_preset is not None:
             return under_engine(vllm_preset.replace(model=s.model, backend=s.backend),
-                                "v1").replace(real_vllm=True)
+                                ours).replace(real_vllm=True)
         return base
     fixed = dict(semantics_of(name).fixed_settings)
     fixed.setdefault("enable_prefix_caching", SCENARIOS[s.scenario].settings.enable_prefix_caching)

@@ -1,7 +1,7 @@
 """PagedAttention Lab — the page (`streamlit run app`).
 
 Wiring only: the views are in app/views/ (one module each, the tabs in app/views/tabs.py), the
-session's engine lives in app.state.Lab, presets in app.scenarios, every figure is a pure
+session's engine lives in app.lab.Lab, presets in app.scenarios, every figure is a pure
 function in app.figures.*, the narration in app.narration, traces in app.trace_io.
 The page draws only from snapshots, their events and public Engine methods.
 Hosted for a class (app.hosting): the Model field offers only the operator's models, uploads
@@ -19,9 +19,9 @@ if str(ROOT) not in sys.path:          # `streamlit run app` puts only app/ on t
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from app import state  # noqa: E402
+from app import process_memory  # noqa: E402
 
-state.limit_heap_arenas()              # once per process, before the sessions' threads allocate
+process_memory.limit_heap_arenas()     # once per process, before the sessions' threads allocate
 from app.views import controls, main_view, page_style, session, sidebar  # noqa: E402
 from app.views.common import short_errors  # noqa: E402
 

@@ -11,7 +11,7 @@ process, 60 students clicking every 2 s (30 clicks/s): the first 20 s served at 
 then the CPU per click rose 0.030 -> 0.040 s and p90 to 4.4 s; taking turns, the same 60 were
 served at p90 0.20 s with 0.026 s of CPU per click, all 30 clicks/s.
 
-The turn is taken by ``Lab.in_use`` (app/state.py), so it covers a callback's engine step, the
+The turn is taken by ``Lab.in_use`` (app/lab.py), so it covers a callback's engine step, the
 sidebar and the main view. Long work hands the turn on: Run N and the Compare tab's runs after
 each step (``pass_turn``), a real vLLM start for as long as it starts (``paused``), so no
 session waits behind more than one step of another's. A thread may take the turn again while

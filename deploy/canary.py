@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 from app.tested_set import DEV_LOCK, normalize, pinned  # noqa: E402
 
 PY = sys.executable
-IMPORT_CODE = ("import engine, paged_kernels, analysis, app.state; "
+IMPORT_CODE = ("import engine, paged_kernels, analysis, app.lab; "
                "import transformers.models.llama.modeling_llama, "
                "transformers.models.gpt2.modeling_gpt2; print('imported')")
 # torch is installed first by deploy/install.sh, at its own pin, and is not in the locks

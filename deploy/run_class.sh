@@ -17,7 +17,7 @@ cfg="$here/haproxy.cfg"
 export PAGED_LAB_PROXY_BIND="${PAGED_LAB_PROXY_BIND:-127.0.0.1:8600}"
 export PAGED_LAB_STATS_BIND="${PAGED_LAB_STATS_BIND:-127.0.0.1:8404}"
 # two glibc heaps per process, from its start: a class's memory comes back when it leaves
-# (app/state.py limit_heap_arenas; docs/hosting.md "A class of 100")
+# (app/process_memory.py limit_heap_arenas; docs/hosting.md "A class of 100")
 export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"
 
 command -v haproxy >/dev/null || { echo "haproxy not found: apt-get install haproxy" >&2; exit 1; }

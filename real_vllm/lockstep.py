@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.sched.registry import current_vllm
+
 from real_vllm.adapter import RealVllmEngine, VllmSettings
 from real_vllm.compare import first_difference
 from real_vllm.ours import OurStepViewer
@@ -30,9 +32,9 @@ class Lockstep:
 
     @classmethod
     def start(cls, engine, logprobs: bool = False) -> "Lockstep":
-        if engine.semantics.name != "v1":
-            raise ValueError("lockstep with real vLLM needs semantics='v1' (vLLM's current "
-                             "engine)")
+        if not engine.semantics.is_current_vllm:
+            raise ValueError(f"lockstep with real vLLM needs semantics='{current_vllm().name}' "
+                             "(vLLM's current engine)")
         return cls(engine, RealVllmEngine(VllmSettings.from_engine(engine), logprobs))
 
     def __post_init__(self):
@@ -63,6 +65,11 @@ class Lockstep:
         done = LockstepStep(ours, theirs, first_difference(ours, theirs))
         self.steps.append(done)
         return done
+
+    @property
+    def ours_history(self):
+        """Our engine's snapshots (its recorder's), the page's view of the partner."""
+        return self.engine.history
 
     def summary(self) -> str:
         same = sum(1 for s in self.steps if s.difference is None)

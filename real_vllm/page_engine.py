@@ -2,8 +2,10 @@
 time in this process, every figure drawn from its own state, and our v1 engine on the same
 requests in lockstep (the Compare view's agreement line).
 
-``VllmPageEngine`` offers what the page's ``Lab`` (app/state.py) calls on an engine: requests
-in, ``step``, ``history`` of snapshots, the tokenizer. The snapshots are real vLLM's
+``VllmPageEngine`` is a ``PageEngine`` (app/page_engine.py: what the page's lab and views call
+on an engine): requests in, ``step``, ``history`` of snapshots, the tokenizer, and what it
+offers beyond our engine (its start-up time, its prefix cache from its KV events, our engine
+beside it in ``lockstep``). The snapshots are real vLLM's
 (real_vllm/snapshots.py); our engine only tokenizes (the same tokenizer files vLLM loads) and
 runs beside it, its steps compared by ``Lockstep``. Sampled requests get explicit seeds (the
 settings' seed + the request's index) so both engines draw the same tokens.
@@ -67,6 +69,8 @@ def warm_up_sampler(vocab_size: int) -> float:
 
 
 class VllmPageEngine:
+    is_real_vllm = True
+
     def __init__(self, ours, *, seed: int = 0):
         t0 = time.perf_counter()
         with VLLM_LOCK:
@@ -88,6 +92,14 @@ class VllmPageEngine:
     @property
     def config(self):
         return self.ours.config
+
+    @property
+    def semantics(self):
+        return self.ours.semantics             # the rules both follow
+
+    @property
+    def step_no(self) -> int:
+        return self.lockstep.vllm.step_no
 
     @property
     def tokenizer(self):

@@ -17,7 +17,8 @@ from engine.sched.registry import SEMANTICS
 from app.figure_cache import FigureCache
 from app.figures.common import for_projector
 from app.scenarios import REAL_VLLM
-from app.state import Lab, unexpected_message
+from app.lab import Lab
+from app.messages import unexpected_message
 from app.turns import TURNS
 from app.views.help_texts import HOW_TO_READ
 

@@ -47,7 +47,7 @@ def draw(shown: Shown) -> None:
     if lab.engine is None or lab.replaying:
         st.info("The comparison runs on the live engine's settings (not on a replayed trace).")
         return
-    if lab.settings.real_vllm:
+    if lab.engine.lockstep is not None:
         draw_lockstep(shown)
         return
     cmp = lab.comparison()
@@ -137,7 +137,8 @@ def draw_lockstep(shown: Shown) -> None:
     """Our v1 and the real vLLM on the same requests, every Step both; the step shown's
     agreement, the run's summary, and both engines' block tables side by side."""
     lab, engine = shown.lab, shown.lab.engine
-    steps = engine.steps
+    partner = engine.lockstep
+    steps = partner.steps
     st.markdown(f"**Our vLLM v1 beside {engine.version}**, in lockstep: every Step runs both "
                 "engines on the same token ids and compares what they did.")
     c = st.columns([1, 1.5, 3])
@@ -156,7 +157,7 @@ def draw_lockstep(shown: Shown) -> None:
     snap = shown.snap
     line = agreement_line(steps, snap.step)
     (st.success if "identical" in line or snap.step == 0 else st.error)(line)
-    st.markdown(f"**Run so far: {engine.summary()}.**")
+    st.markdown(f"**Run so far: {partner.summary()}.**")
     if steps:
         rows = [{"step": s.theirs.step,
                  "tokens scheduled (vLLM)": ", ".join(f"req {r}: {n}" for r, n in
@@ -167,7 +168,7 @@ def draw_lockstep(shown: Shown) -> None:
                 for s in steps[-200:]]
         st.dataframe(pd.DataFrame(rows[::-1]), hide_index=True, width="stretch",
                      height=min(220, 38 + 35 * len(rows)))
-    ours = next((s for s in reversed(engine.ours.history) if s.step == snap.step
+    ours = next((s for s in reversed(partner.ours_history) if s.step == snap.step
                  and s.kind != "abort"), None)
     for col, (title, s) in zip(st.columns(2, gap="medium"),
                                (("Our vLLM v1", ours), (REAL_VLLM_LABEL, snap))):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.state import Lab
+from app.lab import Lab
 from app.turns import TURNS
 from app.views.common import guarded, starting
 

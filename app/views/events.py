@@ -23,7 +23,8 @@ def draw(shown: Shown) -> None:
             st.dataframe(pd.DataFrame([{k: str(v) for k, v in e.to_dict().items()}
                                        for e in snap.events]), hide_index=True,
                          height=min(400, 38 + 35 * len(words)))
-    cache_view = getattr(shown.lab.engine, "cache_view", None)
+    engine = shown.lab.engine
+    cache_view = engine.cache_view if engine is not None else None
     if cache_view is not None and not shown.lab.replaying:
         st.markdown(f"**Real vLLM's prefix cache** after its latest step, rebuilt from the "
                     f"{cache_view.batches} KV event batches it published (BlockStored, "

@@ -16,7 +16,7 @@ import streamlit as st
 from app.lessons import LESSONS
 from app.scenarios import SCENARIOS, preset
 
-MAX_LINK_STEPS = 400                  # app.state.MAX_HISTORY: a step the history still holds
+MAX_LINK_STEPS = 400                  # app.engine_build.MAX_HISTORY: a step the history still holds
 
 
 def _int(value: str, name: str, top: int) -> int:

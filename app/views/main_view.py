@@ -23,7 +23,7 @@ import streamlit as st
 from app import narration
 from app.figures import metrics
 from app.scenarios import SCENARIOS
-from app.state import Lab
+from app.lab import Lab
 from app.views import controls, lessons, tabs
 from app.views.common import Shown, engine_label, short_errors
 

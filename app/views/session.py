@@ -1,27 +1,23 @@
-"""The session's lab (app.state.Lab) and the sidebar's widgets: ``w_<field>`` holds the value
-of each Settings field, ``w_scenario`` and ``w_semantics`` the scenario and the engine choice
-("v0", "v1", or "vllm": the real vLLM, ``Settings(semantics="v1", real_vllm=True)``)."""
+"""The session's lab (app.lab.Lab) and the sidebar's widgets: ``w_<name>`` holds the value of
+each page setting (app/page_settings.py), ``w_scenario`` and ``w_semantics`` the scenario and
+the engine choice (a registry name, or "vllm": the real vLLM, run with ``real_vllm=True`` and
+the semantics of the installed vLLM's engine)."""
 from __future__ import annotations
-
-from dataclasses import fields
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from app import hosting, state
-from app.scenarios import DEFAULT_SCENARIO, REAL_VLLM, Settings, engine_choice
-from app.state import Lab
+from app import hosting, idle_sessions, process_memory
+from app.page_settings import SETTINGS
+from app.scenarios import DEFAULT_SCENARIO, REAL_VLLM, Settings, engine_choice, rules_of_choice
+from app.lab import Lab
 from app.views import link
 from app.views.common import log
 
-FIELDS = [f.name for f in fields(Settings) if f.name not in ("scenario", "semantics", "real_vllm")]
-_INTEGERS = ("n", "top_k", "max_tokens", "beam_width", "seed", "block_size", "num_gpu_blocks",
-             "num_cpu_blocks", "max_model_len", "max_num_batched_tokens")
-
 
 def load_widgets(s: Settings) -> None:
-    for name in FIELDS:
-        st.session_state[f"w_{name}"] = getattr(s, name)
+    for row in SETTINGS:
+        st.session_state[f"w_{row.name}"] = getattr(s, row.name)
 
 
 def show_settings(s: Settings) -> None:
@@ -33,15 +29,9 @@ def show_settings(s: Settings) -> None:
 
 def settings_from_widgets() -> Settings:
     ss = st.session_state
-    values = {name: ss[f"w_{name}"] for name in FIELDS}
-    for name in _INTEGERS:
-        v = values[name]
-        values[name] = int(v) if isinstance(v, float) and v.is_integer() else v
-    if values.get("max_model_len") in (0, None):
-        values["max_model_len"] = None       # 0 (or an empty field): the model's context
-    real = ss.w_semantics == REAL_VLLM
-    return Settings(scenario=ss.w_scenario, semantics="v1" if real else ss.w_semantics,
-                    real_vllm=real, **values)
+    values = {row.name: row.read(ss[f"w_{row.name}"]) for row in SETTINGS}
+    return Settings(scenario=ss.w_scenario, semantics=rules_of_choice(ss.w_semantics).name,
+                    real_vllm=ss.w_semantics == REAL_VLLM, **values)
 
 
 def _session_connected(session_id: str) -> bool:
@@ -82,13 +72,13 @@ def get_lab() -> Lab:
         show_settings(lab.settings)
         with lab.in_use():               # a link opens where the teacher is (app/views/link.py)
             link.open_from_link(lab, show_settings)
-        state.freeze_long_lived()        # once per process (the model is loaded now)
+        process_memory.freeze_long_lived()        # once per process (the model is loaded now)
     lab = st.session_state.lab
     with lab.in_use():                   # touched first: the sweep below never takes this one
         try:
             hosting.apply_torch_threads()
-            state.start_idle_sweeper(is_connected=_session_connected)
-            state.release_idle_labs(is_connected=_session_connected)   # any visit also sweeps
+            idle_sessions.start_idle_sweeper(is_connected=_session_connected)
+            idle_sessions.release_idle_labs(is_connected=_session_connected)   # any visit also sweeps
         except ValueError as exc:        # e.g. a bad PAGED_LAB_IDLE_MINUTES
             log.error("server settings: %s", exc)
         if lab.released:                 # this session was idle: a fresh engine, and a note

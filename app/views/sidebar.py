@@ -6,14 +6,16 @@ import streamlit as st
 
 from engine.sched.registry import SEMANTICS, semantics_of
 
-from app import hosting, state, trace_io
+from app import hosting, trace_io
+from app.real_vllm_slots import real_vllm_status
 from app.scenarios import (ENGINE_CHOICES, REAL_VLLM, REAL_VLLM_BLOCK_MULTIPLE, SCENARIOS,
                            engine_choice, preset, rules_of_choice, scenario_point,
                            under_engine)
-from app.state import Lab
+from app.lab import Lab
 from app.views import lessons
 from app.views.common import engine_label, guarded, starting
 from app.views.session import load_widgets, settings_from_widgets, show_settings
+from app.views.settings_form import draw_settings
 
 RELOAD = "reload_settings_widgets"     # set by a refused Apply: show the running settings
 
@@ -108,12 +110,12 @@ def real_vllm_caption(lab: Lab) -> None:
     """Under the Engine choice: which real vLLM runs (and how long it took to start), or why
     the choice is off here and the one step that turns it on."""
     engine = lab.engine
-    if lab.settings.real_vllm and engine is not None and hasattr(engine, "startup_s"):
+    if engine is not None and engine.is_real_vllm:
         st.caption(f"Real vLLM: {engine.version}, stepped in this server (started in "
                    f"{engine.startup_s:.1f} s); our vLLM v1 runs the same requests beside it: "
                    "see the Compare tab.")
         return
-    usable, line = state.real_vllm_status()
+    usable, line = real_vllm_status()
     st.caption(f"Real vLLM: {line} (in this server)" if usable else
                line if line.startswith("Real vLLM") else f"Real vLLM is not available: {line}")
 
@@ -136,54 +138,7 @@ def settings_panel(lab: Lab) -> None:
     real_vllm_caption(lab)
     rules = rules_of_choice(st.session_state.w_semantics)
     with st.form("settings", border=False):
-        model_ok = model_field(lab)
-        st.text_area("Prompts (one request per line)", key="w_prompts", height=110)
-        a, b = st.columns(2)
-        a.number_input("n (samples)", key="w_n", step=1)
-        b.number_input("beam width", key="w_beam_width", step=1,
-                       help="> 1 = beam search: transformers' scoring, vLLM v0's memory rules "
-                            "(survivors fork, pruned beams free blocks); needs temperature 0")
-        a.number_input("temperature", key="w_temperature", step=0.1, format="%.2f")
-        b.number_input("max tokens", key="w_max_tokens", step=1)
-        a.number_input("block size", key="w_block_size", step=1,
-                       help="tokens per KV block: a power of two")
-        b.number_input("seed", key="w_seed", step=1)
-        a.number_input("GPU pool (blocks)", key="w_num_gpu_blocks", step=1)
-        b.number_input("CPU pool (blocks)", key="w_num_cpu_blocks", step=1,
-                       help="swap space; 0 disables swapping")
-        st.number_input("max_model_len (slots per sequence)", key="w_max_model_len", step=1,
-                        help="the slab a contiguous allocator reserves for every sequence: "
-                             "the longest prompt + output a sequence may reach (vLLM's "
-                             "max_model_len). 0 = the model's context.")
-        st.radio("Preemption", ["recompute", "swap"], key="w_preemption_mode", horizontal=True,
-                 disabled=not rules.has_swap,
-                 help=f"{rules.label} preempts by recompute only (it has no swap)"
-                 if not rules.has_swap else "what happens to a preempted sequence's blocks")
-        st.checkbox("Prefix caching", key="w_enable_prefix_caching",
-                    help="on by default in vLLM v1, off in v0")
-        st.number_input("token budget per step (v1)", key="w_max_num_batched_tokens", step=1,
-                        disabled=not rules.chunks_prefills,
-                        help="vLLM v1's max_num_batched_tokens: the tokens one step may "
-                             "compute; a longer prompt is computed in chunks (chunked "
-                             "prefill). v0 computes whole prompts in a prefill step.")
-        with st.expander("More sampling settings"):
-            st.number_input("top-p", key="w_top_p", step=0.05, format="%.2f",
-                            help="sampling only: beam search ranks every token, so with "
-                                 "beam width > 1 it is not used")
-            st.number_input("top-k (-1 = off)", key="w_top_k", step=1,
-                            help="sampling only: not used with beam width > 1")
-            st.number_input("length penalty (beams)", key="w_length_penalty", step=0.1,
-                            format="%.2f", help="beam search only: not used with beam "
-                                                "width 1")
-            st.checkbox("ignore EOS (always run to max tokens)", key="w_ignore_eos")
-        with st.expander("Kernels"):
-            st.selectbox("Kernel backend", ["auto", "torch", "triton", "triton-legacy"],
-                         key="w_backend",
-                         help="auto: Triton kernels on a CUDA GPU (an op whose kernel fails "
-                              "to compile or launch falls back to torch, and the page says "
-                              "so), torch on CPU. torch / triton force one; triton-legacy "
-                              "is the previous Triton decode/prefill. On CPU, Triton needs "
-                              "TRITON_INTERPRET=1 set before the server starts.")
+        model_ok = draw_settings(rules, {"model": lambda row: model_field(lab)})
         if st.form_submit_button("Apply & reset", type="primary", width="stretch") \
                 and model_ok:
             chosen = settings_from_widgets()

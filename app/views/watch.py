@@ -5,7 +5,7 @@ One subscriber per browser session lives in st.session_state (Connect closes the
 every run of the live fragment drains it briefly and feeds a PrefixCacheView, which the figures
 draw (app/figures/prefix_tree.py, app/figures/kv_event_charts.py). Nothing here talks to the
 page's own engine. The session's lab holds the subscription too (``Lab.watch``), so an idle or
-disconnected session's is closed with its engine, by the same sweep (app/state.py).
+disconnected session's is closed with its engine, by the same sweep (app/idle_sessions.py).
 
 On a shared server a visitor must not make it connect anywhere, listen, or create socket files:
 ``hosting.check_watch_allowed`` checks what was typed against the operator's settings

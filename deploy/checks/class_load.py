@@ -453,7 +453,7 @@ def main() -> None:
     log = print if args.verbose else (lambda *a: None)
     rows = []
     for n in args.sessions:
-        # as deploy/run_class.sh runs them (MALLOC_ARENA_MAX=2: app/state.py limit_heap_arenas)
+        # as deploy/run_class.sh runs them (MALLOC_ARENA_MAX=2: app/process_memory.py limit_heap_arenas)
         env = {"MALLOC_ARENA_MAX": "2", **dict(kv.split("=", 1) for kv in args.server_env)}
         with Servers(args.processes, env) as servers:
             row = asyncio.run(run_level(servers, n, args.period, args.duration, args.join,

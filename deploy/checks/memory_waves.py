@@ -31,7 +31,8 @@ def main() -> None:
     from app.figures.block_tables import block_table_figure
     from app.figures.pool_grid import pool_figure
     from app.scenarios import SCENARIOS
-    from app.state import Lab, give_back_memory
+    from app.lab import Lab
+    from app.process_memory import give_back_memory
     hosting.apply_torch_threads()                       # as the server does
     pid = os.getpid()
     warm = Lab.create()                                 # the model's weights, loaded once

@@ -126,6 +126,11 @@ class EngineSemantics(ABC):
     counts_preempted_lookups_apart: ClassVar[bool]
     # why reset_prefix_cache(reset_running_requests=True) is refused (None: it is offered)
     reset_running_refusal: ClassVar[str | None]
+    # n > 1 and beams fork a table (blocks shared, copy-on-write); without, n > 1 runs as child
+    # requests that share the prompt's full blocks through the prefix cache
+    forks_sequences: ClassVar[bool]
+    # the installed vLLM's own engine follows these rules (the page runs it beside this one)
+    is_current_vllm: ClassVar[bool]
 
     @abstractmethod
     def build(self, config: EngineConfig, emit: Callable[[ev.Event], None]

@@ -17,3 +17,8 @@ def semantics_of(name: str) -> EngineSemantics:
     except (KeyError, TypeError):
         raise ValueError(f"semantics must be {' or '.join(map(repr, SEMANTICS))}, "
                          f"got {name!r}") from None
+
+
+def current_vllm() -> EngineSemantics:
+    """The rules the installed vLLM's engine follows (the page's "Real vLLM" runs them)."""
+    return next(s for s in SEMANTICS.values() if s.is_current_vllm)

@@ -231,6 +231,8 @@ class V0Semantics(EngineSemantics):
     chunks_prefills = False
     counts_preempted_lookups_apart = False
     stop_strings_after_min_tokens = False
+    forks_sequences = True
+    is_current_vllm = False
     reset_running_refusal = (
         "reset_running_requests=True is vLLM v1's (its scheduler preempts the running "
         "requests); this engine follows vLLM v0, whose reset_prefix_cache only resets when no "

@@ -183,6 +183,8 @@ class V1Semantics(EngineSemantics):
     chunks_prefills = True
     counts_preempted_lookups_apart = True
     stop_strings_after_min_tokens = True
+    forks_sequences = False
+    is_current_vllm = True
     reset_running_refusal = None
 
     def build(self, config: EngineConfig, emit):

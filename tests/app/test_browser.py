@@ -606,7 +606,7 @@ def test_narration_on_the_page_follows_the_order_of_events(server, browser, scen
     """The narration drawn after each Step is the step's events told in the order they
     happened (the same run, made here in this process, gives the events)."""
     from app.scenarios import preset, under_engine
-    from app.state import build_engine
+    from app.engine_build import build_engine
     from tests.app.test_narration import _check_order
     url, _ = server
     page = browser.new_page()
@@ -640,7 +640,7 @@ def test_narration_on_the_page_follows_the_order_of_events(server, browser, scen
 
 def _history_traces(tmp_path, long: int = 1000, short: int = 10) -> tuple[Path, Path]:
     """Two traces of the same run (one request, one token per step): its first ``short``
-    snapshots and its first ``long``. A live session keeps at most app.state.MAX_HISTORY (400)
+    snapshots and its first ``long``. A live session keeps at most app.engine_build.MAX_HISTORY (400)
     snapshots; a replay takes up to PAGED_LAB_MAX_TRACE_SNAPSHOTS (2,000 by default), so
     1,000 recorded snapshots are reached by uploading them. The steps measured are the same
     snapshots in both (positions 0 to 8): only the length of the history differs."""

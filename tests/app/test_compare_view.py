@@ -6,7 +6,8 @@ import pytest
 
 from app.compare import Comparison, compare_table
 from app.scenarios import COMPARE_NOTES, SCENARIOS
-from app.state import build_engine, preset
+from app.engine_build import build_engine
+from app.scenarios import preset
 
 from .test_page import app, chart, lab, pool_cells, step  # noqa: F401  (fixtures + helpers)
 from .conftest import MODEL, needs_model
@@ -94,8 +95,8 @@ def test_parallel_sampling_compare_shows_cow_in_v0_and_prefix_hits_in_v1(model):
     assert v1.event_counts["prefix_hit"] > 0
     assert table.loc["forks", "vLLM v1"] == 0 and table.loc["copy-on-write copies", "vLLM v0"] == 3
     # the same 4 samples' worth of tokens in both: n children in v1, n sequences in v0
-    out0 = v0.get_output("0")
-    out1 = v1.get_output("0")
+    out0 = v0.engine.get_output("0")             # our engines, under the page wrapper
+    out1 = v1.engine.get_output("0")
     assert len(out0.outputs) == len(out1.outputs) == 4
     assert all(len(c.token_ids) == 16 for c in out0.outputs + out1.outputs)
 

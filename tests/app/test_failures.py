@@ -18,7 +18,7 @@ import pytest
 
 from app import failures
 from app.failures import describe_failure
-from app.state import unexpected_message
+from app.messages import unexpected_message
 from engine.models import loader
 
 from .conftest import ROOT, needs_model

@@ -2,7 +2,7 @@
 same figure object back; another snapshot, or text shown vs not, builds a new one."""
 from app.figure_cache import FigureCache
 from app.figures.pool_grid import pool_figure
-from app.state import Lab
+from app.lab import Lab
 
 
 def test_same_snapshot_reuses_the_figure_and_a_new_step_builds_one():

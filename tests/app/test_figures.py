@@ -284,7 +284,7 @@ def test_every_step_figure_passes_plotlys_validation():
     any property name or value it does not know."""
     from app.figures.common import empty
     from app.scenarios import SCENARIOS
-    from app.state import Lab
+    from app.lab import Lab
     checked = 0
     for key in SCENARIOS:
         lab = Lab.create(key)

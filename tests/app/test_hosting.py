@@ -17,16 +17,22 @@ from engine.models.memory_plan import kv_cache_bytes
 from engine import Engine, EngineConfig
 from engine.models import loader
 
-import app.state
+import app.engine_build
+import app.idle_sessions
+import app.lab
 from app import hosting
 from app.scenarios import preset
-from app.state import MAX_HISTORY, Lab, build_engine, release_idle_labs
+from app.engine_build import MAX_HISTORY, build_engine
+from app.idle_sessions import release_idle_labs
+from app.lab import Lab
+from app.our_engine import OurPageEngine
 
 from .conftest import MODEL, ROOT, needs_model
 
 
-def _length_only_engine() -> Engine:
-    return Engine.length_only(EngineConfig(block_size=4, num_gpu_blocks=16), max_model_len=64)
+def _length_only_engine() -> OurPageEngine:
+    return OurPageEngine(Engine.length_only(EngineConfig(block_size=4, num_gpu_blocks=16),
+                                            max_model_len=64))
 
 
 def _lab() -> Lab:
@@ -184,7 +190,7 @@ def test_a_checkpoint_over_the_limit_is_refused_from_its_header(monkeypatch, tmp
     monkeypatch.setenv("PAGED_LAB_MAX_CHECKPOINT_MB", "0.01")      # 10 KiB < 16 KiB of weights
     _forbid(monkeypatch, (safetensors.torch, "load_file"), (safetensors.torch, "load"),
             (safetensors, "safe_open"), (loader, "_read_state_dict"),
-            (model_runner, "load_model"), (app.state, "Engine"))
+            (model_runner, "load_model"), (app.engine_build, "Engine"))
     with pytest.raises(ValueError, match=r"weights: this server loads checkpoints up to "
                                          r".*\(PAGED_LAB_MAX_CHECKPOINT_MB\)"):
         build_engine(preset("single").replace(model=str(folder)))
@@ -208,12 +214,12 @@ def test_block_1024_with_a_1024_block_pool_is_refused_by_the_kv_limit(model, mon
 
     def no_engine(config):
         raise AssertionError("the KV cache must be refused before an Engine is built")
-    monkeypatch.setattr(app.state, "Engine", no_engine)
+    monkeypatch.setattr(app.engine_build, "Engine", no_engine)
     assert not lab.apply(settings.replace(block_size=1024, num_gpu_blocks=1024,
                                           max_model_len=None))
     assert "PAGED_LAB_MAX_KV_MB" in lab.error and "at most 64 MiB" in lab.error, lab.error
     assert lab.engine is engine and lab.settings == settings and len(lab.snapshots()) == 2
-    spec = engine.spec
+    spec = engine.engine.spec
     per_slot = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 4    # K+V, fp32 on CPU
     assert f"{per_slot:,} bytes per token slot" in lab.error
     assert kv_cache_bytes(spec, 4, 1024, 1024) == per_slot * 1024 * 1024
@@ -222,7 +228,7 @@ def test_block_1024_with_a_1024_block_pool_is_refused_by_the_kv_limit(model, mon
 @needs_model
 def test_the_kv_bytes_checked_are_the_bytes_the_engine_allocates(model):
     s = preset("mixed", model).replace(preemption_mode="swap", num_cpu_blocks=8)
-    runner = build_engine(s).runner
+    runner = build_engine(s).engine.runner
     allocated = runner.kv_cache.nbytes + runner.cpu_kv_cache.nbytes
     assert allocated == kv_cache_bytes(runner.spec, runner.kv_cache.element_size(),
                                                s.block_size, s.num_gpu_blocks + s.num_cpu_blocks)
@@ -242,7 +248,7 @@ def test_an_idle_session_is_released_and_comes_back_fresh(monkeypatch):
     assert not lab.step()                            # a click before the page redraws is harmless
     assert playing.engine is not None
     fresh = _length_only_engine()
-    monkeypatch.setattr(app.state, "build_engine", lambda settings: fresh)
+    monkeypatch.setattr(app.lab, "build_engine", lambda settings: fresh)
     lab.revive()
     assert lab.engine is fresh and not lab.released and len(lab.snapshots()) == 1
     assert "idle for more than 1 minute," in lab.notice and "fresh engine" in lab.notice
@@ -276,11 +282,11 @@ def test_a_lab_in_use_is_not_released_halfway_through_a_run(monkeypatch):
 
 
 def test_the_sweeper_thread_starts_once(monkeypatch):
-    monkeypatch.setattr(app.state, "_sweeper", None)
+    monkeypatch.setattr(app.idle_sessions, "_sweeper", None)
     before = threading.active_count()
-    app.state.start_idle_sweeper(interval_s=3600)
-    app.state.start_idle_sweeper(interval_s=3600)
-    assert threading.active_count() == before + 1 and app.state._sweeper.daemon
+    app.idle_sessions.start_idle_sweeper(interval_s=3600)
+    app.idle_sessions.start_idle_sweeper(interval_s=3600)
+    assert threading.active_count() == before + 1 and app.idle_sessions._sweeper.daemon
 
 
 def test_messages_hide_server_paths(monkeypatch):
@@ -424,7 +430,7 @@ def test_a_disconnected_session_is_released_after_the_reconnect_window(monkeypat
     assert gone.released and gone.engine is None
     assert here.engine is not None and back.engine is not None and back.disconnected_since is None
     fresh = _length_only_engine()
-    monkeypatch.setattr(app.state, "build_engine", lambda settings: fresh)
+    monkeypatch.setattr(app.lab, "build_engine", lambda settings: fresh)
     gone.revive()
     assert gone.engine is fresh and "disconnected from the server for too long" in gone.notice
     monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "0")       # 0: only idle releases

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.lessons import LESSONS, LessonRun
-from app.state import Lab
+from app.lab import Lab
 
 from .conftest import needs_model
 

@@ -141,7 +141,7 @@ def _check_order(snap, text: str | None = None) -> int:
                                                  ("parallel", "v0"), ("prefix", "v1")])
 def test_narration_follows_the_order_of_events(scenario, semantics):
     from app.scenarios import preset, under_engine
-    from app.state import make_params, parse_prompts
+    from app.engine_build import make_params, parse_prompts
     s = under_engine(preset(scenario), semantics)
     eng = Engine.length_only(EngineConfig(
         semantics=s.semantics, block_size=s.block_size, num_gpu_blocks=s.num_gpu_blocks,

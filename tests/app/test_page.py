@@ -77,7 +77,7 @@ def check_page_matches_engine(at):
     assert at.info[0].value == narrate(snap, prev, lab(at).decode)
     assert metric(at, "blocks used").startswith(f"{st.used_blocks}/{st.total_blocks} ")
     assert metric(at, "shared blocks") == str(st.shared_blocks)
-    assert metric(at, "backend") == eng.backend_label
+    assert metric(at, "backend") == eng.engine.backend_label     # our Engine, the page wraps it
     n_cow = sum(e.kind == "cow" for e in snap.events)
     assert f"**Copy-on-write copies this step: {n_cow}**" in [m.value for m in at.markdown]
     if n_cow:
@@ -206,7 +206,7 @@ def test_the_history_slider_shows_step_numbers_and_reaches_every_snapshot(app):
     hist.set_value(3).run()
     assert "Step **3** of 4" in status_caption(at) and lab(at).index() == 1
     at.sidebar.button[0].click().run()                   # Back to the live engine
-    engine = lab(at).engine
+    engine = lab(at).engine.engine                     # our Engine, under the page wrapper
     engine.abort_request(next(iter(engine.groups)))      # a second snapshot of step 4
     at.run()
     hist = at.slider(key="w_hist")

@@ -220,7 +220,7 @@ def test_text_bands_use_the_memory_tabs_state_colours(parallel_run):
 
 # 12. an engine named as the API does becomes the Engine choice the page shows
 def test_refusals_name_the_engine_choice_not_the_api():
-    from app.state import page_words
+    from app.messages import page_words
     from engine.sched.v1 import BEAM_SEARCH_IN_V1
     text = page_words(BEAM_SEARCH_IN_V1)
     assert "semantics=" not in text and "the Engine “vLLM v0”" in text
@@ -229,7 +229,7 @@ def test_refusals_name_the_engine_choice_not_the_api():
 # 13. no free real-vLLM slot: the message says when one frees
 def test_real_vllm_busy_says_when_a_slot_frees(monkeypatch):
     from types import SimpleNamespace
-    from app.state import real_vllm_busy
+    from app.real_vllm_slots import real_vllm_busy
     monkeypatch.setenv("PAGED_LAB_DISCONNECTED_SECONDS", "30")
     closed = SimpleNamespace(disconnected_since=100.0)
     text = real_vllm_busy(1, 1, [closed], now=112.0)
@@ -332,7 +332,7 @@ def test_block_hovers_name_tokens_and_holders(parallel_run):
 # 13. another tab of the same browser hands its real-vLLM slot over; other browsers keep theirs
 def test_a_tab_of_the_same_browser_hands_real_vllm_over():
     import threading
-    from app.state import hand_over_real_vllm
+    from app.real_vllm_slots import hand_over_real_vllm
 
     class Holder:
         def __init__(self, browser):

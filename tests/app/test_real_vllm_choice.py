@@ -9,7 +9,9 @@ import real_vllm.environment as environment
 from app import hosting
 from app.scenarios import (ENGINE_CHOICES, REAL_VLLM, REAL_VLLM_BLOCK_MULTIPLE, SCENARIOS,
                            engine_choice, preset, under_engine)
-from app.state import Lab, build_engine, real_vllm_status
+from app.engine_build import build_engine
+from app.lab import Lab
+from app.real_vllm_slots import real_vllm_status
 
 from .conftest import MODEL
 

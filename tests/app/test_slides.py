@@ -11,7 +11,7 @@ import pytest
 from app.figures.slides import MAX_SLIDES, slides_deck, thin
 from app.narration import narrate
 from app.screenshots import CHROMIUM, launch
-from app.state import Lab
+from app.lab import Lab
 
 from .conftest import needs_model
 

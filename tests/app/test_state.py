@@ -7,7 +7,8 @@ from collections import Counter
 import pytest
 
 from app.scenarios import preset
-from app.state import Lab, build_engine, parse_prompts
+from app.engine_build import build_engine, parse_prompts
+from app.lab import Lab
 
 from .conftest import needs_model
 
@@ -54,7 +55,7 @@ def test_bad_settings_raise_and_keep_the_engine(model):
 def test_the_page_passes_only_the_settings_that_apply():
     """The engine refuses beam settings without beams and top-k / top-p with them (as vLLM v0
     did); the sidebar keeps both kinds, so the page hands over only those that apply."""
-    from app.state import make_params
+    from app.engine_build import make_params
     plain = make_params(preset("single").replace(length_penalty=2.0, top_k=5))
     assert plain.length_penalty == 1.0 and plain.top_k == 5
     beams = make_params(preset("beam").replace(top_k=5, top_p=0.9, length_penalty=2.0))
@@ -81,9 +82,10 @@ def test_second_prompt_error_names_it(model):
 def test_sessions_share_weights_not_pools(model):
     a, b = Lab.create("single", model), Lab.create("single", model)
     assert a.engine is not b.engine
-    assert a.engine.runner is not b.engine.runner
+    ra, rb = a.engine.engine.runner, b.engine.engine.runner   # the page engines' own Engines
+    assert ra is not rb
     for name in ("model", "tokenizer"):     # the per-process cached weights, if the engine exposes them
-        wa, wb = getattr(a.engine.runner, name, None), getattr(b.engine.runner, name, None)
+        wa, wb = getattr(ra, name, None), getattr(rb, name, None)
         if wa is not None:
             assert wa is wb
     a.step()

@@ -99,7 +99,7 @@ def test_releasing_a_turn_not_held_is_an_error():
 
 
 def test_a_lab_in_use_holds_the_process_turn_unless_the_operator_turned_it_off(monkeypatch):
-    from app.state import Lab
+    from app.lab import Lab
     from app.turns import TURNS
     lab = Lab.create()
     with lab.in_use():

@@ -6,7 +6,7 @@ import pytest
 from app.figures.address_space import address_space_figure
 from app.figures.waste import block_size_sweep_figure, request_table, waste_headline
 from app.scenarios import SCENARIOS, preset
-from app.state import Lab
+from app.lab import Lab
 from engine import Engine, EngineConfig, SamplingParams
 from analysis.block_size_sweep import block_size_sweep
 

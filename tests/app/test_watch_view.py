@@ -421,7 +421,7 @@ def test_the_page_watches_what_the_operator_allows(page, monkeypatch):
 def lab_page(monkeypatch):
     """The Watch view in a session that has a lab (the page always has one): no engine needed."""
     from app.scenarios import DEFAULT_SCENARIO, preset
-    from app.state import Lab
+    from app.lab import Lab
     allow(monkeypatch, "*")
     lab = Lab(preset(DEFAULT_SCENARIO))
     at = AppTest.from_function(watch_page, default_timeout=30)
@@ -454,7 +454,7 @@ def test_a_session_holds_one_subscription(lab_page, monkeypatch):
 
 
 def test_an_idle_sessions_subscription_is_closed_with_its_engine(lab_page, monkeypatch):
-    from app.state import release_idle_labs
+    from app.idle_sessions import release_idle_labs
     at, lab = lab_page
     monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "1")
     connect(at, f"tcp://127.0.0.1:{free_port()}")
@@ -471,7 +471,7 @@ def test_an_idle_sessions_subscription_is_closed_with_its_engine(lab_page, monke
 
 
 def test_a_disconnected_sessions_subscription_is_closed_after_the_window(lab_page, monkeypatch):
-    from app.state import release_idle_labs
+    from app.idle_sessions import release_idle_labs
     at, lab = lab_page
     monkeypatch.setenv("PAGED_LAB_IDLE_MINUTES", "0")         # only the disconnection counts
     connect(at, f"tcp://127.0.0.1:{free_port()}")

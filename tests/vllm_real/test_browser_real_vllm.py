@@ -50,7 +50,7 @@ def drawn_tables(page) -> dict[str, list[str]]:
 
 def test_real_vllm_on_the_page_matches_its_adapter_and_agrees_with_ours(
         vllm_ready, monkeypatch, tmp_path):
-    from app.state import build_engine
+    from app.engine_build import build_engine
     monkeypatch.setenv("PAGED_LAB_REAL_VLLM", "1")
     port = free_port()
     proc = start_server(port, MODEL, str(tmp_path / "server.log"))

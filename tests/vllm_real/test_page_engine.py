@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from app.scenarios import REAL_VLLM, SCENARIOS, preset, under_engine
-from app.state import build_engine
+from app.engine_build import build_engine
 from app.trace_io import load_trace, trace_json
 from tests.app.conftest import MODEL, needs_model
 
@@ -75,7 +75,7 @@ import json, os, sys, time
 sys.path.insert(0, os.getcwd())
 os.environ["PAGED_LAB_REAL_VLLM"] = "1"
 from app.scenarios import REAL_VLLM, preset, under_engine
-from app.state import build_engine
+from app.engine_build import build_engine
 t0 = time.perf_counter()
 engine = build_engine(under_engine(preset("parallel", sys.argv[1]), REAL_VLLM))
 start = time.perf_counter() - t0

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.scenarios import REAL_VLLM, SCENARIOS, preset, under_engine
-from app.state import build_engine
+from app.engine_build import build_engine
 from tests.app.conftest import MODEL, ROOT, needs_model
 
 pytestmark = needs_model
