@@ -60,7 +60,9 @@ class Lockstep:
         return self.engine.has_unfinished_requests() or self.vllm.has_unfinished_requests()
 
     def step(self) -> LockstepStep:
-        ours = self._viewer.view(self.engine.step())
+        result = self.engine.step()
+        self._viewer.drain()
+        ours = self._viewer.view(result)
         theirs = self.step_vllm()
         done = LockstepStep(ours, theirs, first_difference(ours, theirs))
         self.steps.append(done)

@@ -1,7 +1,8 @@
 """Our engine's state after a step, as the ``StepView`` real vLLM's adapter reads.
 
-An observer (it only watches): attach it, step the engine, and ``view(result)`` gives the step's
-view. KV events go through ``KVEventRecorder``, the very batching our publisher sends, encoded
+An observer (it only watches): attach it, step the engine, ``drain()`` takes the KV event batches
+the step published, and ``view(result)`` gives the step's view (reading only, as the adapter's
+``view()`` does: two views of one step are equal). KV events go through ``KVEventRecorder``, the very batching our publisher sends, encoded
 with ts = 0 as ``state.py`` says.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ class OurStepViewer:
         self.recorder = KVEventRecorder(engine.config.block_size)
         engine.observers.append(self.recorder)
         self._seen_batches = 0
+        self._batches: list = []             # the batches the last drain() took
 
     def detach(self) -> None:
         if self.recorder in self.engine.observers:
@@ -34,6 +36,12 @@ class OurStepViewer:
 
     def _request_of(self) -> dict[int, str]:
         return {s.seq_id: g.request_id for g in self.engine.groups.values() for s in g.all_seqs()}
+
+    def drain(self) -> list:
+        """Take the KV event batches published since the last drain, for the next views."""
+        self._batches = self.recorder.batches[self._seen_batches:]
+        self._seen_batches = len(self.recorder.batches)
+        return self._batches
 
     def view(self, result=None) -> StepView:
         """The state now; with ``result`` (the StepResult of the step just taken), also what
@@ -56,8 +64,6 @@ class OurStepViewer:
         queues = eng.scheduler.queues()
         live = [g for g in eng.groups.values() if not g.is_finished]
         pool = eng.bm.gpu
-        batches = self.recorder.batches[self._seen_batches:]
-        self._seen_batches = len(self.recorder.batches)
         return StepView(
             step=eng.step_no, scheduled=scheduled, preempted=preempted,
             running=[g.request_id for g in queues["running"]],
@@ -68,5 +74,5 @@ class OurStepViewer:
             ref_counts=list(pool.ref_count),
             block_hashes={b: h for b, h in enumerate(pool.block_hash) if h},
             free_queue=list(pool.free_queue),
-            kv_events=[encode_events(events) for _, events in batches],
+            kv_events=[encode_events(events) for _, events in self._batches],
             new_tokens=new_tokens, finished=finished)

@@ -113,3 +113,20 @@ def test_the_init_snapshot_is_renewed_only_before_the_first_step():
 def test_child_request_ids_name_vllms_children():
     assert child_request_ids("r", 3) == ["0_r", "1_r", "2_r"]
     assert child_request_ids("r", 1) == []
+
+
+def test_viewing_our_engine_changes_nothing():
+    """real_vllm/ours.py's viewer, like the adapter: ``drain()`` takes the step's KV event
+    batches, ``view()`` only reads (two views are equal), and a second drain finds nothing."""
+    from real_vllm.ours import OurStepViewer
+    eng = Engine.length_only(CONFIGS["v1"], max_model_len=128)
+    viewer = OurStepViewer(eng)
+    prompt, params = REQUESTS[0]
+    eng.add_request(prompt, params)
+    result = eng.step()
+    assert viewer.drain(), "the prefill stored no block"
+    first, again = viewer.view(result), viewer.view(result)
+    assert first == again and first.kv_events and first.scheduled
+    assert viewer.drain() == [] and viewer.view(result).kv_events == []
+    viewer.detach()
+    eng.close()
