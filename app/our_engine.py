@@ -2,7 +2,15 @@
 the page, read from the engine's public methods and snapshots."""
 from __future__ import annotations
 
+from operator import attrgetter
+
 from engine import Engine
+
+
+def _engines(name: str) -> property:
+    """The wrapped engine's own attribute or method, unchanged (``Engine`` already has what
+    the protocol asks for, under the same names)."""
+    return property(attrgetter(f"engine.{name}"), doc=f"``Engine.{name}``")
 
 
 class OurPageEngine:
@@ -18,59 +26,20 @@ class OurPageEngine:
     def version(self) -> str:
         return self.engine.semantics.label
 
-    @property
-    def config(self):
-        return self.engine.config
-
-    @property
-    def semantics(self):
-        return self.engine.semantics
-
-    @property
-    def tokenizer(self):
-        return self.engine.tokenizer
-
-    @property
-    def max_model_len(self) -> int:
-        return self.engine.max_model_len
-
-    @property
-    def history(self):
-        return self.engine.history
-
-    @property
-    def snapshot(self):
-        return self.engine.snapshot
-
-    @property
-    def step_no(self) -> int:
-        return self.engine.step_no
-
-    @property
-    def event_counts(self) -> dict[str, int]:
-        return self.engine.event_counts
-
-    @property
-    def num_finished(self) -> int:
-        return self.engine.num_finished
-
-    def tokenize(self, prompt) -> list[int]:
-        return self.engine.tokenize(prompt)
-
-    def decode_tokens(self, token_ids) -> list[str]:
-        return self.engine.decode_tokens(token_ids)
-
-    def check_request(self, prompt, params):
-        return self.engine.check_request(prompt, params)
-
-    def add_request(self, prompt, params) -> str:
-        return self.engine.add_request(prompt, params)
-
-    def has_unfinished_requests(self) -> bool:
-        return self.engine.has_unfinished_requests()
-
-    def step(self):
-        return self.engine.step()
-
-    def close(self) -> None:
-        self.engine.close()
+    config = _engines("config")
+    semantics = _engines("semantics")
+    tokenizer = _engines("tokenizer")
+    max_model_len = _engines("max_model_len")
+    history = _engines("history")
+    snapshot = _engines("snapshot")
+    step_no = _engines("step_no")
+    event_counts = _engines("event_counts")
+    num_finished = _engines("num_finished")
+    # methods, bound to the engine
+    tokenize = _engines("tokenize")
+    decode_tokens = _engines("decode_tokens")
+    check_request = _engines("check_request")
+    add_request = _engines("add_request")
+    has_unfinished_requests = _engines("has_unfinished_requests")
+    step = _engines("step")
+    close = _engines("close")
