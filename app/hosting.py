@@ -50,7 +50,8 @@ limits with environment variables (read on every check, so a test can monkeypatc
                                    machine. Default: a local ``vllm serve``'s KV event ports,
                                    ``tcp://127.0.0.1:5557-5564``, ``tcp://127.0.0.1:6557-6564``
                                    and the same on ``localhost`` (live 5557 + rank, replay 5558
-                                   with one rank or 6557 + rank; 8 ranks).
+                                   with one rank or 6557 + rank; 8 ranks), and the scheduler
+                                   tap's ``tcp://127.0.0.1:5570-5577`` (and ``localhost``).
 ``PAGED_LAB_WATCH_LISTEN``         1: the Watch tab's Listen (bind the endpoint on this server,
                                    for a publisher that connects) is allowed, for endpoints on
                                    the list above. Default 0: off.
@@ -88,8 +89,10 @@ DEFAULT_DISCONNECTED_SECONDS = 30.0      # at most; Streamlit's reconnect window
 MiB = 1024 * 1024
 # a local `vllm serve`'s KV event sockets: live on 5557 + rank, replay on 5558 (one rank, as in
 # the README) or 6557 + rank (the docs' base for several ranks), for up to 8 ranks
+# and the scheduler tap's (real_vllm/tap/frames.py DEFAULT_ENDPOINT) on 5570 + rank
 DEFAULT_WATCH_ENDPOINTS = ("tcp://127.0.0.1:5557-5564", "tcp://localhost:5557-5564",
-                           "tcp://127.0.0.1:6557-6564", "tcp://localhost:6557-6564")
+                           "tcp://127.0.0.1:6557-6564", "tcp://localhost:6557-6564",
+                           "tcp://127.0.0.1:5570-5577", "tcp://localhost:5570-5577")
 ANY_ENDPOINT = "*"
 
 

@@ -3,8 +3,9 @@
 
 One subscriber per browser session lives in st.session_state (Connect closes the one before);
 every run of the live fragment drains it briefly and feeds a PrefixCacheView, which the figures
-draw (app/figures/prefix_tree.py, app/figures/kv_event_charts.py). Nothing here talks to the
-page's own engine. The session's lab holds the subscription too (``Lab.watch``), so an idle or
+draw (app/figures/prefix_tree.py, app/figures/kv_event_charts.py). The "Scheduler tap" mode (a
+server's block tables drawn by the page's own figures) is app/views/watch_tap.py. Nothing here
+talks to the page's own engine. The session's lab holds the subscription too (``Lab.watch``), so an idle or
 disconnected session's is closed with its engine, by the same sweep (app/idle_sessions.py).
 
 On a shared server a visitor must not make it connect anywhere, listen, or create socket files:
@@ -160,8 +161,10 @@ def _connect() -> None:
 def _start_watch() -> None:
     """Close the session's subscription, then open the one the fields ask for, if this server
     allows it: the check runs before any socket exists."""
+    from app.views import watch_tap
     ss = st.session_state
     _close()
+    watch_tap.close()                  # a session holds one subscription, of either mode
     ss[ERROR], ss[ENDED] = None, ""
     ranks = ss.get("w_kv_ranks", 1)
     if not isinstance(ranks, (int, float)) or ranks != int(ranks) or \
@@ -289,8 +292,31 @@ def live_view() -> None:
             st.code("\n".join(list(sub.malformed)[-10:]), language=None)
 
 
+KV_EVENTS, TAP = "KV cache events", "Scheduler tap"
+
+
+def _mode_changed() -> None:
+    """A session holds one subscription: the other mode's is closed, not left to fill up."""
+    from app.views import watch_tap
+    _close()
+    watch_tap.close()
+    _retime()
+
+
 def draw(_shown=None) -> None:
-    """The tab (it draws a stream, not the lab: nothing of ``Shown`` is used)."""
+    """The tab (it draws a stream, not the lab: nothing of ``Shown`` is used): the KV cache
+    events mode below, or the scheduler tap's (app/views/watch_tap.py)."""
+    mode = st.radio("Watch", (KV_EVENTS, TAP), horizontal=True, key="w_watch_mode",
+                    on_change=_mode_changed,
+                    help="KV cache events: the prefix cache of any vLLM server with "
+                         "--kv-events-config. Scheduler tap: its block tables, pool and queues, "
+                         "from a server running the tap")
+    if mode == TAP:
+        from app.views import watch_tap
+        st.markdown("Watch a **vLLM server**'s block tables, pool and queues live, from its "
+                    "scheduler tap, drawn by this page's own figures.")
+        watch_tap.draw()
+        return
     st.markdown("Watch the prefix cache of a **vLLM server** live, from the KV cache events it "
                 "publishes over ZeroMQ (or this engine's publisher: same format).")
     with st.expander("How to point this at a vLLM deployment"):

@@ -247,3 +247,107 @@ def test_a_bad_endpoint_is_a_clear_error():
         TapFollower("localhost:5570")
     with pytest.raises(ValueError, match="from 1 to 64"):
         TapFollower("tcp://127.0.0.1:5570", data_parallel_size=0)
+
+
+# ---- the Watch tab in tap mode (streamlit.testing.v1) ----------------------------------------
+def watch_page():
+    from app.views import watch
+    watch.draw()
+
+
+@pytest.fixture
+def tap_page(monkeypatch):
+    """The Watch view, hosted defaults (the shell's settings cleared), tap mode chosen."""
+    from streamlit.testing.v1 import AppTest
+    for name in ("PAGED_LAB_WATCH_ENDPOINTS", "PAGED_LAB_WATCH_LISTEN", "PAGED_LAB_WATCH_IPC"):
+        monkeypatch.delenv(name, raising=False)
+    at = AppTest.from_function(watch_page, default_timeout=30)
+    at.run()
+    at.radio(key="w_watch_mode").set_value("Scheduler tap").run()
+    assert not at.exception, at.exception
+    yield at
+    w = at.session_state["tap_watch"] if "tap_watch" in at.session_state else None
+    if w is not None:
+        w.close()
+
+
+def rerun_until(at, done, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not done(at):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        at.run()
+        assert not at.exception, at.exception
+
+
+def plotly(at, key: str) -> dict:
+    import json
+    for el in at.get("plotly_chart"):
+        if el.proto.id.endswith(key):
+            return json.loads(el.proto.spec)
+    raise AssertionError(f"no chart {key}")
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_the_watch_tab_draws_the_tap_with_the_pages_figures(tap_page, publisher, monkeypatch):
+    at = tap_page
+    sock, endpoint = publisher
+    monkeypatch.setenv("PAGED_LAB_WATCH_ENDPOINTS", endpoint)
+    at.text_input(key="w_tap_endpoint").input(endpoint)
+    at.button(key="tap_connect_btn").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "waiting for the tap at" in at.caption[0].value
+    subscribed(sock)
+    publish(sock, scenario())
+    rerun_until(at, lambda a: metric(a, "steps") == "3", "three steps")
+    assert metric(at, "violations") == "0" and metric(at, "gaps") == "0"
+    status = at.caption[0].value
+    assert status.startswith(f"receiving from `{endpoint}`") and "rank 0: step 2" in status
+    tables = plotly(at, "fig_tap_tables_r0")        # step 2: A finished, B waits (preempted)
+    assert "no block table yet: 1 sequence(s)" in str(tables["layout"]["annotations"])
+    plotly(at, "fig_tap_pool_r0")
+    plotly(at, "fig_tap_timeline_r0")
+    assert any("preempted" in i.value for i in at.info)      # the narration
+    # pause, scrub back to step 1: both requests' tables, the shared block drawn ×2
+    at.toggle(key="w_tap_live").set_value(False).run()
+    slider = at.slider(key="w_tap_pos_1")
+    slider.set_value(1).run()
+    labels = " ".join(map(str, plotly(at, "fig_tap_tables_r0")["data"][0]["y"]))
+    assert A in labels and B in labels
+    assert "×2" in str(plotly(at, "fig_tap_tables_r0")["data"][0]["text"])
+    assert at.get("download_button")
+    # the tap turns itself off: said on the page
+    publish(sock, [fr.TapOff("the tap failed: boom")], first_seq=len(scenario()))
+    rerun_until(at, lambda a: any("boom" in w.value for w in a.warning), "the TapOff")
+    follower = at.session_state["tap_watch"].follower
+    at.button(key="tap_disconnect_btn").click().run()
+    assert follower.closed and "tap_watch" not in at.session_state
+    assert any("Not watching" in i.value for i in at.info)
+
+
+def test_the_tap_endpoint_is_checked_like_the_kv_ones(tap_page):
+    at = tap_page
+    at.text_input(key="w_tap_endpoint").input("tcp://10.0.0.1:5570")
+    at.button(key="tap_connect_btn").click().run()
+    message = at.error[0].value
+    assert message.startswith("Cannot watch: this server does not let sessions watch the "
+                              "Tap endpoint 'tcp://10.0.0.1:5570'")
+    assert "PAGED_LAB_WATCH_ENDPOINTS" in message and "tap_watch" not in at.session_state
+    at.text_input(key="w_tap_endpoint").input("localhost:5570")
+    at.button(key="tap_connect_btn").click().run()
+    assert "must start with tcp://" in at.error[0].value
+    at.number_input(key="w_tap_ranks").set_value(0)
+    at.button(key="tap_connect_btn").click().run()
+    assert "Data-parallel ranks must be a whole number from 1 to 64" in at.error[0].value
+    # the default endpoint is on the default list: Connect opens the follower
+    at.number_input(key="w_tap_ranks").set_value(1)
+    at.text_input(key="w_tap_endpoint").input(fr.DEFAULT_ENDPOINT)
+    at.button(key="tap_connect_btn").click().run()
+    assert not at.error and "tap_watch" in at.session_state
+    # back to KV cache events: the tap's subscription is closed (one per session)
+    follower = at.session_state["tap_watch"].follower
+    at.radio(key="w_watch_mode").set_value("KV cache events").run()
+    assert follower.closed and "tap_watch" not in at.session_state
+    assert at.text_input(key="w_kv_endpoint").value == "tcp://127.0.0.1:5557"
