@@ -35,6 +35,9 @@ from engine.observe.snapshot import PoolContents, PrefixCacheCounts, SeqState, \
 from real_vllm.tap import frames as fr
 
 MAX_HISTORY = 2000             # snapshots kept per rank (the view scrubs them)
+# ... within this many block entries and token slots per rank (~8 bytes each: a snapshot of a
+# large pool or of long requests is big, and a server runs for days), the oldest dropped first
+HISTORY_BUDGET = 8_000_000
 MAX_REASONS = 100              # malformed / violation reasons kept (the latest)
 MAX_RANKS = 64
 UNKNOWN_TOKEN = -1             # the tap sends lengths, not tokens
@@ -48,6 +51,21 @@ SHOWN_STATUS = {"running": "running", "waiting": "waiting", "preempted": "waitin
 def unknown_tokens(token_ids) -> list[str]:
     """The figures' ``decode`` for the tap: it carries no token ids, so each shows as "?"."""
     return ["?" for _ in token_ids]
+
+
+class _Tokens:
+    """The blocks' tokens as the builder reads them: ``fill[b]`` unknown tokens (shared
+    tuples; the tap sends how full a block is, not what it holds)."""
+
+    def __init__(self, fill: list[int], block_size: int):
+        self._fill = fill
+        self._tuples = [(UNKNOWN_TOKEN,) * k for k in range(block_size + 1)]
+
+    def __getitem__(self, b: int) -> tuple:
+        return self._tuples[self._fill[b]]
+
+    def __len__(self) -> int:
+        return len(self._fill)
 
 
 @dataclass
@@ -87,7 +105,17 @@ class RankModel:
     _schedule: dict[int, fr.Frame] = field(default_factory=dict)   # step -> its schedule frame
     _tables_before: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _blocks_before: dict[int, tuple[int, fr.BlockHash]] = field(default_factory=dict)
-    _fill: dict[int, int] = field(default_factory=dict)        # block -> slots holding K/V
+    # the pool as the builder reads it, kept up to date block by block (a large pool is not
+    # rebuilt each step): ref counts, hashes (hex), slots filled, a version per block (an
+    # unchanged block's BlockState is reused: block_states' cache), the free blocks
+    _ref: list[int] = field(default_factory=list)
+    _hash: list[str | None] = field(default_factory=list)
+    _fill: list[int] = field(default_factory=list)
+    _version: list[int] = field(default_factory=list)
+    _free: set[int] = field(default_factory=set)
+    _block_cache: dict = field(default_factory=dict)
+    _sizes: deque = field(default_factory=deque)               # each kept snapshot's size
+    _tokens_of_length: dict[int, tuple] = field(default_factory=dict)
     _done: dict[str, SeqState] = field(default_factory=dict)   # finished this step
     _seen: dict[str, _Request] = field(default_factory=dict)   # left with this frame
     _next_seq_id: int = 0
@@ -124,7 +152,7 @@ class RankModel:
         self._schedule.clear()
         self._tables_before.clear()
         self._blocks_before.clear()
-        self._fill.clear()
+        self._ref = []
         self.off_reason = None
 
     # ---- frames --------------------------------------------------------------------------
@@ -161,6 +189,9 @@ class RankModel:
             self._put(r, f.step, born.get(r.request_id))
         self.blocks = {b.block_id: (b.ref_cnt, b.block_hash) for b in f.blocks
                        if b.ref_cnt or b.block_hash is not None}
+        self._reset_pool()
+        for b, (rc, h) in self.blocks.items():
+            self._set_block(b, rc, h)
         if not self.synced:                    # nothing to compare the first snapshot with
             self._tables_before = {rid: self._table(r.state) for rid, r in self.requests.items()}
             self._blocks_before = dict(self.blocks)
@@ -176,6 +207,56 @@ class RankModel:
                 self.blocks[b.block_id] = (b.ref_cnt, b.block_hash)
             else:                              # back to the idle state
                 self.blocks.pop(b.block_id, None)
+            self._set_block(b.block_id, b.ref_cnt, b.block_hash)
+
+    # ---- the pool arrays -----------------------------------------------------------------
+    def _reset_pool(self) -> None:
+        n, null = self.hello.num_blocks, self.hello.null_block
+        versions = self._version
+        self._ref, self._hash, self._fill = [0] * n, [None] * n, [0] * n
+        # versions go on from the old ones: a cached BlockState never matches a rebuilt block
+        start = max(versions, default=0) + 1
+        self._version = [start] * n
+        self._free = {b for b in range(n) if b != null}
+        self._block_cache.clear()
+
+    def _set_block(self, b: int, rc: int, h: fr.BlockHash) -> None:
+        if not 0 <= b < len(self._ref) or b == self.hello.null_block:
+            return                             # out of the pool: check() counts it
+        hx = hash_hex(h) if h is not None else None
+        old_rc, old_hash = self._ref[b], self._hash[b]
+        if (rc, hx) == (old_rc, old_hash):
+            return
+        if rc <= 0:                            # free: a cached block keeps a full block's K/V
+            fill = self.hello.block_size if hx else 0
+        elif hx is None and (old_rc == 0 or old_hash is not None):
+            fill = 0                           # handed out afresh (or evicted and reused)
+        else:
+            fill = self._fill[b]
+        self._ref[b], self._hash[b], self._fill[b] = rc, hx, fill
+        self._version[b] += 1
+        if rc <= 0:
+            self._free.add(b)
+        else:
+            self._free.discard(b)
+
+    def _filled(self, b: int, filled: int) -> None:
+        """A table holding ``b`` has computed ``filled`` of its slots."""
+        if 0 <= b < len(self._fill) and b != self.hello.null_block:
+            new = max(filled, self._fill[b])
+            if new != self._fill[b]:
+                self._fill[b] = new
+                self._version[b] += 1
+
+    def _placeholder(self, n: int) -> tuple:
+        """n unknown tokens, one tuple per length (requests as long share it)."""
+        memo = self._tokens_of_length
+        t = memo.get(n)
+        if t is None:
+            if len(memo) > 512:
+                memo.clear()
+            t = memo[n] = (UNKNOWN_TOKEN,) * n
+        return t
 
     def _put(self, r: fr.RequestState, step: int, known: _Request | None) -> None:
         if known is None:
@@ -247,34 +328,16 @@ class RankModel:
             num_tokens = s.num_prompt_tokens + s.num_output_tokens
             computed = min(s.num_computed_tokens, num_tokens)
             seqs.append(SeqState(r.seq_id, rid, None, r.born_step, status,
-                                 (UNKNOWN_TOKEN,) * num_tokens, s.num_prompt_tokens, computed,
+                                 self._placeholder(num_tokens), s.num_prompt_tokens, computed,
                                  tables[rid], "gpu", "", 0.0, None, False))
             for logical, b in enumerate(tables[rid]):
-                filled = max(0, min(bs, computed - logical * bs))
-                self._fill[b] = max(filled, self._fill.get(b, 0)) if filled < bs else bs
+                self._filled(b, max(0, min(bs, computed - logical * bs)))
         for rid in finished:                   # shown in the step they finished, then gone
             if rid in self._done:
                 seqs.append(self._done[rid])
         self.num_finished += len(finished)
-        ref = [0] * n
-        hashes: list[str | None] = [None] * n
-        for b, (rc, h) in self.blocks.items():
-            if 0 <= b < n:
-                ref[b] = rc
-                hashes[b] = hash_hex(h) if h is not None else None
-        if null is not None and 0 <= null < n:
-            ref[null] = 0
-        owned = {b for t in tables.values() for b in t}
-        tokens = []
-        for b in range(n):
-            if ref[b] == 0 and hashes[b] is None or b == null:
-                self._fill.pop(b, None)        # a free block without a hash holds nothing
-            elif ref[b] == 0 and b not in owned:
-                self._fill[b] = bs if hashes[b] else 0   # cached: a full block's K/V kept
-            tokens.append((UNKNOWN_TOKEN,) * self._fill.get(b, 0))
-        free = [b for b in range(n) if ref[b] == 0 and b != null]
-        gpu = PoolContents("gpu", bs, ref, hashes, tokens, free,
-                           n - (null is not None), null)
+        gpu = PoolContents("gpu", bs, self._ref, self._hash, _Tokens(self._fill, bs),
+                           self._free, n - (null is not None), null, self._version)
         step_time = (update.ts - self._last_update_ts) if self._last_update_ts else 0.0
         self._last_update_ts = update.ts
         self._tables_before = tables
@@ -288,8 +351,22 @@ class RankModel:
             logical_blocks=sum(len(t) for t in tables.values()), bytes_per_block=0,
             prefix_cache=PrefixCacheCounts(), num_preemptions=self.num_preemptions,
             running_seqs=num_running, finished=self.num_finished, events=tuple(events),
-            step_time_s=max(0.0, step_time))
-        return self.history.keep(snap)
+            step_time_s=max(0.0, step_time), block_cache=self._block_cache)
+        return self._keep(snap)
+
+    def _keep(self, snap: StepSnapshot) -> StepSnapshot:
+        """Kept within MAX_HISTORY snapshots and HISTORY_BUDGET entries, the oldest dropped."""
+        history = self.history
+        if len(history.history) == history.history.maxlen:
+            self._sizes.popleft()              # the deque drops its oldest itself
+        history.keep(snap)
+        self._sizes.append(len(snap.blocks) + sum(len(s.token_ids) for s in snap.sequences))
+        total = sum(self._sizes)
+        while len(self._sizes) > 1 and total > HISTORY_BUDGET:
+            total -= self._sizes.popleft()
+            history.history.popleft()
+        del history.accounting_log[:-len(history.history)]   # not kept beyond the history
+        return snap
 
     def _events(self, update: fr.Frame, scheduled: dict[str, int], preempted: list[str],
                 finished: list[str], tables: dict[str, tuple[int, ...]]) -> list[ev.Event]:
