@@ -12,11 +12,16 @@ from the one builder (engine/observe/snapshot.py), as real_vllm/snapshots.py fil
 - ``RankModel``: the live state of one rank, socket-free (tests feed it directly). Sequence
   numbers: a hole is a gap (counted; the state is then unknown until the next keyframe), a
   number that goes back is a restarted server. Frames before the first keyframe (or after a
-  gap) are held back -- counted and dropped -- until a keyframe arrives. Each applied frame is
-  checked (a block's ref count = the table entries holding it; free = pool - null - held; a
-  preempted request holds no blocks); a violation is counted, never raised. Each ``"update"``
-  frame (the end of a step; its ``"schedule"`` frame pairs with it by ``step``) becomes a
-  snapshot, its events read off what changed (the tap sends no tokens: token ids are -1).
+  gap, or after the publisher says it dropped some) are held back -- counted and dropped --
+  until a keyframe arrives. Each applied frame is checked (a block's ref count = the table
+  entries holding it; free = pool - null - held; a preempted request holds no blocks); a
+  violation is counted, never raised. Each ``"update"`` frame (the end of a step; its
+  ``"schedule"`` frame pairs with it by ``step``) becomes a snapshot, its events read off what
+  changed (the tap sends no tokens: token ids are -1).
+
+Cost: the builder makes a BlockState per block per step (unchanged ones reused, but still
+visited), about 40 ms per step for a pool of 50,000 blocks on one core: a large pool stepping
+fast is followed with a lag.
 """
 from __future__ import annotations
 
@@ -160,6 +165,11 @@ class RankModel:
         if f.phase not in fr.PHASES:
             self.violation(f, f"unknown phase {f.phase!r}")
             return None
+        if not f.keyframe and f.dropped > self.dropped:
+            # the publisher dropped frames since the last one (whether or not they were
+            # numbered): the state is unknown until the next keyframe
+            self.synced = False
+            self.dropped = f.dropped
         if not f.keyframe and not self.synced or f.keyframe and self.hello is None:
             self.held_back += 1                # a delta of a state we do not have yet
             return None

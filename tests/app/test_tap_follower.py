@@ -164,6 +164,15 @@ def test_a_gap_is_counted_and_the_state_waits_for_the_next_keyframe():
     assert model.restarts == 1 and not model.synced
 
 
+def test_frames_the_publisher_dropped_make_the_model_wait_for_a_keyframe():
+    msgs = scenario()
+    model = fed(msgs[:3])
+    late = fr.Frame(1, "schedule", 1.2, False, num_free_blocks=7, running=[A], dropped=2)
+    fed([late, msgs[4]], model, first_seq=3)
+    assert model.dropped == 2 and not model.synced and model.held_back == 2
+    assert model.gaps == 0 and len(model.snapshots) == 1
+
+
 def test_the_tap_turning_itself_off_is_surfaced():
     model = fed(scenario() + [fr.TapOff("the tap failed: boom")])
     assert model.off_reason == "the tap failed: boom"
