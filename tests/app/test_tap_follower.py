@@ -360,3 +360,37 @@ def test_the_tap_endpoint_is_checked_like_the_kv_ones(tap_page):
     at.radio(key="w_watch_mode").set_value("KV cache events").run()
     assert follower.closed and "tap_watch" not in at.session_state
     assert at.text_input(key="w_kv_endpoint").value == "tcp://127.0.0.1:5557"
+
+
+def test_two_ranks_side_by_side(tap_page, publisher, monkeypatch):
+    at = tap_page
+    sock, endpoint = publisher
+    port = int(endpoint.rsplit(":", 1)[1])
+    second = zmq.Context.instance().socket(zmq.XPUB)
+    second.setsockopt(zmq.LINGER, 0)
+    try:
+        try:
+            second.bind(f"tcp://127.0.0.1:{port + 1}")
+        except zmq.ZMQError:
+            pytest.skip("the next port is taken")
+        monkeypatch.setenv("PAGED_LAB_WATCH_ENDPOINTS", "*")
+        at.text_input(key="w_tap_endpoint").input(endpoint)
+        at.number_input(key="w_tap_ranks").set_value(2)
+        at.button(key="tap_connect_btn").click().run()
+        assert not at.error, [e.value for e in at.error]
+        subscribed(sock)
+        subscribed(second)
+        publish(sock, scenario())
+        publish(second, [hello(1)] + scenario()[1:3])
+        rerun_until(at, lambda a: metric(a, "steps") == "4", "both ranks' steps")
+        plotly(at, "fig_tap_tables_r0")                  # rank 0 alone by default
+        with pytest.raises(AssertionError):
+            plotly(at, "fig_tap_tables_r1")
+        at.selectbox(key="w_tap_rank").set_value("all, side by side").run()
+        assert not at.exception, at.exception
+        assert "rank 1: step 0" in at.caption[0].value
+        labels = " ".join(map(str, plotly(at, "fig_tap_tables_r1")["data"][0]["y"]))
+        assert A in labels and B not in labels          # rank 1's own step 0
+        plotly(at, "fig_tap_pool_r0")
+    finally:
+        second.close()
