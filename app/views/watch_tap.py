@@ -153,7 +153,6 @@ def _pause_changed() -> None:
         else:
             w.frozen = {r: m.snapshots for r, m in w.follower.models.items()}
             w.pauses += 1
-    watch._retime()
 
 
 def status(w: TapWatch, now: float | None = None) -> str:
@@ -319,9 +318,11 @@ def draw() -> None:
                        help=f"redraw every {watch.REFRESH_S:g} s")
     # its default through session state: Connect sets it back on (a new subscription is live)
     st.session_state.setdefault("w_tap_live", True)
-    live = b[3].toggle("Live", key="w_tap_live", on_change=_pause_changed,
+    b[3].toggle("Live", key="w_tap_live", on_change=_pause_changed,
                        disabled=not watching,
                        help="on: follow the newest step; off: pause, and scrub what arrived")
     if st.session_state.get(ERROR):
         st.error(st.session_state[ERROR].replace("*", "\\*"))
-    st.fragment(live_view, run_every=watch.REFRESH_S if auto and live and watching else None)()
+    # paused too: the timer keeps draining the sockets (a SUB socket left alone fills up and
+    # drops frames), while the figures stay on the frozen steps
+    st.fragment(live_view, run_every=watch.REFRESH_S if auto and watching else None)()
