@@ -259,7 +259,7 @@ def test_a_bad_endpoint_is_a_clear_error():
 
 
 # ---- the Watch tab in tap mode (streamlit.testing.v1) ----------------------------------------
-def watch_page():
+def tap_watch_page():
     from app.views import watch
     watch.draw()
 
@@ -270,7 +270,7 @@ def tap_page(monkeypatch):
     from streamlit.testing.v1 import AppTest
     for name in ("PAGED_LAB_WATCH_ENDPOINTS", "PAGED_LAB_WATCH_LISTEN", "PAGED_LAB_WATCH_IPC"):
         monkeypatch.delenv(name, raising=False)
-    at = AppTest.from_function(watch_page, default_timeout=30)
+    at = AppTest.from_function(tap_watch_page, default_timeout=30)
     at.run()
     at.radio(key="w_watch_mode").set_value("Scheduler tap").run()
     assert not at.exception, at.exception
