@@ -12,6 +12,7 @@ from app.scenarios import (ENGINE_CHOICES, REAL_VLLM, REAL_VLLM_BLOCK_MULTIPLE, 
                            engine_choice, preset, rules_of_choice, scenario_point,
                            under_engine)
 from app.lab import Lab
+from app.plain_text import plain, plain_code
 from app.views import lessons
 from app.views.common import engine_label, guarded, starting
 from app.views.session import load_widgets, settings_from_widgets, show_settings
@@ -152,9 +153,9 @@ def settings_panel(lab: Lab) -> None:
 def replay_facts(lab: Lab) -> None:
     """While a trace replays, what it is (read from its snapshots), not the live settings."""
     first = lab.trace[0]
-    st.info(f"Replaying **{lab.trace_name}**: {len(lab.trace)} snapshots (steps "
-            f"{first.step}–{lab.trace[-1].step}) of {engine_label(first.semantics)}, model "
-            f"`{first.model}`, block size {first.block_size}, {first.stats.total_blocks} "
+    st.info(f"Replaying **{plain(lab.trace_name)}**: {len(lab.trace)} snapshots (steps "
+            f"{first.step}–{lab.trace[-1].step}) of {plain(engine_label(first.semantics))}, "
+            f"model {plain_code(first.model)}, block size {first.block_size}, {first.stats.total_blocks} "
             "blocks. The live engine's settings come back with *Back to the live engine*.")
 
 
