@@ -27,6 +27,7 @@ from app.lab import Lab
 from app.views import controls, lessons, tabs
 from app.plain_text import plain, plain_code
 from app.views.common import Shown, engine_label, short_errors
+from app.views.widget_guard import check_widgets
 
 
 def main_fragment(timer: float | None) -> Callable[[], None]:
@@ -50,6 +51,7 @@ def main_fragment(timer: float | None) -> Callable[[], None]:
 
 
 def _main_area(lab: Lab, timer: float | None) -> None:
+    check_widgets(lab)                   # a fragment run: its widgets' values (issue 45)
     if lab.engine is None and not lab.replaying:
         if lab.error:
             st.error(plain(lab.error))
