@@ -14,7 +14,7 @@ import re
 from app.bidi_text import visible_bidi
 
 # always escaped: links and images need [ ], raw HTML needs <, and the rest change what shows
-_ALWAYS = re.compile(r"([\\`*\[\]{}<>~$&@^|])")
+_ALWAYS = re.compile(r"([\\`*\[\]{}<~$&@^|])")
 _INTRAWORD_OK = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")   # a_b is never emphasis
 _AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(:)(?=//)|(?<=www)(\.)")   # http://x, www.x
 _LINE_START = re.compile(r"^(\s*)([#>+=\-]|\d+(?=[.)]))")          # a heading, quote, list
