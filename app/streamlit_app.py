@@ -22,6 +22,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from app import process_memory  # noqa: E402
 
 process_memory.limit_heap_arenas()     # once per process, before the sessions' threads allocate
+from app import number_input_fix  # noqa: E402
+
+number_input_fix.install()             # an infinite value sent to an integer field (issue 45)
+from app import no_ip_lookup  # noqa: E402
+
+no_ip_lookup.install()                 # no request off this machine (issue 45)
 from app.views import controls, main_view, page_style, session, sidebar  # noqa: E402
 from app.views.common import short_errors  # noqa: E402
 

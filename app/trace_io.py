@@ -31,9 +31,12 @@ from engine.events import EVENT_KINDS
 from engine.observe.snapshot_checks import first_violation
 
 from app import hosting
+from app.trace_steps import first_step_violation
+from app.trace_stream import HugeNumber, MAX_INT_DIGITS, TooMany, iter_list
 
 MAX_TRACE_BYTES = 5 * 1024 * 1024    # the page passes server.maxUploadSize instead
 MAX_DEPTH = 10                       # a saved trace nests 5 deep (list > snapshot > blocks > ...)
+MAX_STRING_CHARS = 1 << 18           # a sequence's text at the longest context is ~40 K chars
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -52,21 +55,20 @@ def gunzip_bounded(data: bytes, max_bytes: int) -> bytes:
     """``data`` decompressed, refused (ValueError) as soon as it would pass ``max_bytes``: a
     small file that inflates without end is stopped, not read."""
     d = zlib.decompressobj(wbits=31)              # gzip framing
-    out, total = [], 0
+    out = bytearray()                    # grown in place: no list of chunks joined at the end
     try:
         chunk = d.decompress(data, 1 << 20)
         while chunk:
-            total += len(chunk)
-            if total > max_bytes:
+            if len(out) + len(chunk) > max_bytes:
                 raise ValueError(f"the trace inflates to more than {max_bytes / 2**20:g} MB of "
                                  "JSON: this server reads up to that (PAGED_LAB_MAX_TRACE_MB)")
-            out.append(chunk)
+            out += chunk
             chunk = d.decompress(d.unconsumed_tail, 1 << 20)
     except zlib.error as exc:
         raise ValueError(f"not a trace: a damaged gzip file ({exc})") from None
     if not d.eof:
         raise ValueError("not a trace: the gzip file is cut short")
-    return b"".join(out)
+    return bytes(out)
 
 
 # ---- parsing safely ------------------------------------------------------------------------
@@ -119,6 +121,12 @@ def _show(value) -> str:
 
 def _check(value, hint, where: str) -> None:
     """``value`` (parsed JSON) matches the dataclass field type ``hint`` or BadField."""
+    if isinstance(value, HugeNumber):    # app/trace_stream.py: never converted
+        raise BadField(f"field {where!r} is a {value.digits:,}-digit number: a trace's "
+                       f"integers have at most {MAX_INT_DIGITS} digits")
+    if isinstance(value, str) and len(value) > MAX_STRING_CHARS:
+        raise BadField(f"field {where!r} is a string of {len(value):,} characters: a trace's "
+                       f"strings have at most {MAX_STRING_CHARS:,}")
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -217,38 +225,71 @@ def _check_snapshot(d) -> None:
         raise BadField(f"field 'block_size' must be a positive power of two, got {bs}")
 
 
+def _upload_text(data: bytes | str, max_bytes: int) -> str:
+    """The upload as text: size first, then UTF-8."""
+    size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ValueError(f"the file is {size / 2**20:.1f} MB: this server accepts traces up to "
+                         f"{max_bytes / 2**20:g} MB (server.maxUploadSize)")
+    if isinstance(data, bytes):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("not a trace: the file is not UTF-8 text (expected JSON)") from None
+    return data
+
+
+def _not_a_list(text: str) -> ValueError:
+    """Why a document that is not a list is refused: only a bounded prefix of it is read."""
+    head = text[:1 << 16]
+    if nesting_depth(head) > MAX_DEPTH:
+        return ValueError(f"not a trace: JSON nested deeper than {MAX_DEPTH} levels")
+    if len(head) == len(text):           # small: say whether it is JSON at all
+        try:
+            json.loads(head, parse_int=lambda s: 0, parse_constant=lambda s: 0)
+        except json.JSONDecodeError as exc:
+            return ValueError(f"not a trace: invalid JSON ({exc.msg}, line {exc.lineno})")
+    return ValueError("not a trace: expected a non-empty JSON list of snapshots")
+
+
 def load_trace(data: bytes | str, *, max_bytes: int = MAX_TRACE_BYTES,
                max_snapshots: int | None = None) -> list[StepSnapshot]:
     """Snapshots from a saved trace; ValueError (with a reason a person can act on) otherwise.
-    ``max_snapshots`` defaults to PAGED_LAB_MAX_TRACE_SNAPSHOTS."""
+    ``max_snapshots`` defaults to PAGED_LAB_MAX_TRACE_SNAPSHOTS. Read one snapshot at a time
+    (app/trace_stream.py): at most the limit's snapshots are ever decoded."""
     if isinstance(data, bytes) and data.startswith(GZIP_MAGIC):
         if len(data) > max_bytes:
             raise ValueError(f"the file is {len(data) / 2**20:.1f} MB: this server accepts "
                              f"traces up to {max_bytes / 2**20:g} MB (server.maxUploadSize)")
         data = gunzip_bounded(data, hosting.max_trace_json_bytes())
         max_bytes = len(data)
-    raw = parse_json(data, max_bytes)
-    if not isinstance(raw, list) or not raw:
-        raise ValueError("not a trace: expected a non-empty JSON list of snapshots")
+    text = _upload_text(data, max_bytes)
+    del data                             # the bytes go once the text exists
     limit = hosting.max_trace_snapshots() if max_snapshots is None else max_snapshots
-    if len(raw) > limit:
-        raise ValueError(f"the trace has {len(raw):,} snapshots: this server replays at most "
-                         f"{limit:,} (PAGED_LAB_MAX_TRACE_SNAPSHOTS)")
     out = []
-    for i, d in enumerate(raw):
-        if not isinstance(d, dict):
-            raise ValueError(f"not a trace: item {i} is not a snapshot object")
-        try:
-            _check_snapshot(d)
-            snap = StepSnapshot.from_dict(d)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise ValueError(f"snapshot {i} of the trace is malformed: {exc}") from None
-        impossible = first_violation(snap)
-        if impossible:
-            raise ValueError(f"snapshot {i} of the trace (step {snap.step}) is impossible: "
-                             f"{impossible}")
-        out.append(snap)
-        raw[i] = None                    # the parsed dict can go as soon as its snapshot exists
+    items = iter_list(text, max_items=limit, max_depth=MAX_DEPTH, not_a_list=_not_a_list)
+    try:
+        for i, d in enumerate(items):
+            if not isinstance(d, dict):
+                raise ValueError(f"not a trace: item {i} is not a snapshot object")
+            try:
+                _check_snapshot(d)
+                snap = StepSnapshot.from_dict(d)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise ValueError(f"snapshot {i} of the trace is malformed: {exc}") from None
+            impossible = first_violation(snap)
+            if impossible:
+                raise ValueError(f"snapshot {i} of the trace (step {snap.step}) is impossible: "
+                                 f"{impossible}")
+            out.append(snap)
+    except TooMany:
+        raise ValueError(f"the trace has more than {limit:,} snapshots: this server replays at "
+                         f"most {limit:,} (PAGED_LAB_MAX_TRACE_SNAPSHOTS)") from None
+    if not out:
+        raise ValueError("not a trace: expected a non-empty JSON list of snapshots")
+    bad_steps = first_step_violation(out)
+    if bad_steps:
+        raise ValueError(f"the trace's steps are impossible: {bad_steps}")
     return out
 
 

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import html
 
+from app.bidi_text import visible_bidi
+
 from engine.core.block_math import cdiv
 from app.figures.common import STATE_COLORS, block_label, token_strings
 
 # alternating neutral tints: blue and orange are the Memory tab's "used" and "shared", so the
 # band's left edge carries that state instead, in the same colours (issue 38)
 _BANDS = ("#F1F3F5", "#E4E7EB")
+
+
+def _text(value) -> str:
+    """A trace's or a prompt's text as HTML text: escaped, bidi controls shown as escapes
+    (a U+202E would reverse every block label after it)."""
+    return html.escape(visible_bidi(str(value)))
 
 
 def text_html(snapshot, decode=None, include_done: bool = True) -> str:
@@ -27,8 +35,8 @@ def text_html(snapshot, decode=None, include_done: bool = True) -> str:
     parts = []
     for s in seqs:
         toks = token_strings(s.token_ids, decode)
-        head = (f"<b>seq {s.seq_id}</b> · req {s.request_id} · {s.status}"
-                + (f" ({html.escape(s.finish_reason)})" if s.finish_reason else "")
+        head = (f"<b>seq {s.seq_id}</b> · req {_text(s.request_id)} · {_text(s.status)}"
+                + (f" ({_text(s.finish_reason)})" if s.finish_reason else "")
                 + f" · {len(toks)} tokens ({s.prompt_len} prompt)")
         groups = []
         for logical in range(0, max(1, cdiv(len(toks), bs))):
@@ -52,7 +60,7 @@ def text_html(snapshot, decode=None, include_done: bool = True) -> str:
                 sep = "border-right:1px dotted #9aa;" if j < len(chunk) - 1 else ""
                 spans.append(f'<span class="{kind}" style="{look};{sep}"'
                              f'{" data-pending" if pending else ""}>'
-                             f'{html.escape(t).replace(chr(10), "↵")}</span>')
+                             f'{_text(t).replace(chr(10), "↵")}</span>')
             state = ("swapped" if s.device == "cpu" else
                      "shared" if in_table and refs.get(s.block_table[logical], 0) > 1 else "used")
             band = (f"background:{_BANDS[logical % 2]};border-left:4px solid "

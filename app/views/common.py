@@ -42,12 +42,17 @@ def short_errors(what: str):
 
 
 def guarded(callback):
-    """A widget callback whose unexpected exception becomes the lab's error message."""
+    """A widget callback whose unexpected exception becomes the lab's error message. It runs
+    only on widget values a widget could have sent (app/views/widget_guard.py): a forged one
+    is put back and named, and the callback does nothing."""
     @functools.wraps(callback)
     def run(*args, **kwargs):
+        from app.views.widget_guard import check_widgets
         lab = st.session_state.get("lab")
         try:
             with lab.in_use() if lab is not None else nullcontext():
+                if lab is not None and not check_widgets(lab):
+                    return None
                 return callback(*args, **kwargs)
         except Exception as exc:
             log.exception("unexpected error in %s", callback.__name__)

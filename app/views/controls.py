@@ -15,7 +15,10 @@ MOVES = ("step_btn", "back_btn", "forward_btn", "latest_btn")   # buttons that m
 
 @guarded
 def on_step() -> None:
-    """Step (the button, →, the Compare tab's lockstep Step both)."""
+    """Step (the button, →, the Compare tab's lockstep Step both); none when Reset came in the
+    same run (Streamlit merges the triggers of clicks queued behind a run): Reset wins."""
+    if st.session_state.get("reset_btn"):
+        return
     lab = st.session_state.lab
     if lab.step():
         lab.error = None

@@ -25,7 +25,9 @@ from app.figures import metrics
 from app.scenarios import SCENARIOS
 from app.lab import Lab
 from app.views import controls, lessons, tabs
+from app.plain_text import plain, plain_code
 from app.views.common import Shown, engine_label, short_errors
+from app.views.widget_guard import check_widgets
 
 
 def main_fragment(timer: float | None) -> Callable[[], None]:
@@ -49,15 +51,17 @@ def main_fragment(timer: float | None) -> Callable[[], None]:
 
 
 def _main_area(lab: Lab, timer: float | None) -> None:
+    check_widgets(lab)                   # a fragment run: its widgets' values (issue 45)
     if lab.engine is None and not lab.replaying:
         if lab.error:
-            st.error(lab.error)
+            st.error(plain(lab.error))
         st.info("No engine yet: fix the settings in the sidebar and press **Apply & reset**.")
         return
     lab.tick(controls.play_interval())
     if controls.play_timer() != timer:   # the timer the browser has (this page run's)
         st.rerun(scope="app")            # Play's state changed: re-arm the timer (above)
-    title = (f"Replay: {lab.trace_name}" if lab.replaying
+    # a trace's name and fields are the visitor's: shown as text (app/plain_text.py)
+    title = (f"Replay: {plain(lab.trace_name)}" if lab.replaying
              else SCENARIOS[lab.settings.scenario].label)
     st.subheader(title, anchor=False)
     controls.draw(lab)
@@ -65,9 +69,9 @@ def _main_area(lab: Lab, timer: float | None) -> None:
     # a message that appears (a refused Apply, a failed step) must not move Step from under
     # the mouse
     if lab.error:
-        st.error(lab.error)
+        st.error(plain(lab.error))
     elif lab.notice:
-        st.warning(lab.notice)
+        st.warning(plain(lab.notice))
     controls.presenter_row(lab)
     lesson = st.session_state.get("w_mode") == "Lessons" and not lab.replaying
     snap = lab.current()
@@ -76,15 +80,16 @@ def _main_area(lab: Lab, timer: float | None) -> None:
              "playing" if lab.playing else "paused")
     # a horizontal container, not 2 columns: 3 elements instead of 5, resent on every Step
     row = st.container(horizontal=True, gap="medium", vertical_alignment="center")
-    row.caption(f"Step **{snap.step}** of {total} · {engine_label(snap.semantics)}"
-                 f" · {snap.kind} · {state} · model "
-                 f"`{snap.model}` · `{snap.backend}` · block size {snap.block_size}",
+    row.caption(f"Step **{snap.step}** of {total} · {plain(engine_label(snap.semantics))}"
+                 f" · {plain(snap.kind)} · {state} · model "
+                 f"{plain_code(snap.model)} · {plain_code(snap.backend)} · block size "
+                 f"{snap.block_size}",
                  width="content")             # the history slider takes the rest of the row
     with row:
         controls.history_slider(lab)
     if "failed" in snap.backend:
         st.warning(f"A Triton kernel could not run on this machine, so the torch reference ran "
-                   f"that op instead (outputs are unchanged): `{snap.backend}`")
+                   f"that op instead (outputs are unchanged): {plain_code(snap.backend)}")
     with short_errors("this view"):
         if st.session_state.get("w_projector"):
             # the projector layout: the lesson and the narration beside the figures they talk

@@ -11,6 +11,7 @@ from app import hosting, idle_sessions, process_memory
 from app.page_settings import SETTINGS
 from app.scenarios import DEFAULT_SCENARIO, REAL_VLLM, Settings, engine_choice, rules_of_choice
 from app.lab import Lab
+from app.widget_checks import setting_problem
 from app.views import link
 from app.views.common import log
 
@@ -28,7 +29,13 @@ def show_settings(s: Settings) -> None:
 
 
 def settings_from_widgets() -> Settings:
+    """The settings the sidebar's widgets hold; ValueError naming the first field whose value
+    cannot run (app/widget_checks.py: vLLM's ranges, finite numbers, offered choices)."""
     ss = st.session_state
+    for row in SETTINGS:
+        problem = setting_problem(row, ss[f"w_{row.name}"])
+        if problem:
+            raise ValueError(problem)
     values = {row.name: row.read(ss[f"w_{row.name}"]) for row in SETTINGS}
     return Settings(scenario=ss.w_scenario, semantics=rules_of_choice(ss.w_semantics).name,
                     real_vllm=ss.w_semantics == REAL_VLLM, **values)

@@ -21,6 +21,10 @@ def _draw(row: Setting, where, rules) -> None:
     if row.widget == "number":
         kw.update({k: v for k, v in (("step", row.step), ("format", row.format))
                    if v is not None})
+        # Streamlit replaces a value it cannot use (1e309: not finite; beyond its bounds) by
+        # the widget's default, so that default is None, never a number that then applies
+        # unnoticed (issue 45): app/widget_checks.py names the field instead
+        kw["value"] = None
         where.number_input(row.label, **kw)
     elif row.widget == "text_area":
         where.text_area(row.label, height=row.height, **kw)

@@ -12,10 +12,12 @@ from app.scenarios import (ENGINE_CHOICES, REAL_VLLM, REAL_VLLM_BLOCK_MULTIPLE, 
                            engine_choice, preset, rules_of_choice, scenario_point,
                            under_engine)
 from app.lab import Lab
+from app.plain_text import plain, plain_code
 from app.views import lessons
 from app.views.common import engine_label, guarded, starting
 from app.views.session import load_widgets, settings_from_widgets, show_settings
 from app.views.settings_form import draw_settings
+from app.views.widget_guard import sidebar_values_ok
 
 RELOAD = "reload_settings_widgets"     # set by a refused Apply: show the running settings
 
@@ -120,9 +122,11 @@ def real_vllm_caption(lab: Lab) -> None:
                line if line.startswith("Real vLLM") else f"Real vLLM is not available: {line}")
 
 
-def settings_panel(lab: Lab) -> None:
+def settings_panel(lab: Lab, values_ok: bool = True) -> None:
     """Scenario, engine and the settings form (Apply & reset), showing the running engine's
-    settings: a refused Apply puts them back (the error names what was refused)."""
+    settings: a refused Apply puts them back (the error names what was refused). With
+    ``values_ok`` False a value was put back this run (app/views/widget_guard.py): Apply then
+    applies nothing, its message stays."""
     st.selectbox("Scenario", list(SCENARIOS), format_func=lambda k: SCENARIOS[k].label,
                  key="w_scenario", on_change=_on_scenario)
     st.caption(scenario_point(st.session_state.w_scenario, st.session_state.w_semantics))
@@ -140,8 +144,13 @@ def settings_panel(lab: Lab) -> None:
     with st.form("settings", border=False):
         model_ok = draw_settings(rules, {"model": lambda row: model_field(lab)})
         if st.form_submit_button("Apply & reset", type="primary", width="stretch") \
-                and model_ok:
-            chosen = settings_from_widgets()
+                and model_ok and values_ok:
+            try:
+                chosen = settings_from_widgets()
+            except ValueError as exc:    # a value vLLM would refuse (seed -1, inf): named
+                lab.error = str(exc)
+                st.session_state[RELOAD] = True
+                st.rerun()
             with starting(chosen):
                 applied = lab.apply(chosen)
             if not applied:              # the sidebar shows what runs, not what was refused
@@ -152,13 +161,14 @@ def settings_panel(lab: Lab) -> None:
 def replay_facts(lab: Lab) -> None:
     """While a trace replays, what it is (read from its snapshots), not the live settings."""
     first = lab.trace[0]
-    st.info(f"Replaying **{lab.trace_name}**: {len(lab.trace)} snapshots (steps "
-            f"{first.step}–{lab.trace[-1].step}) of {engine_label(first.semantics)}, model "
-            f"`{first.model}`, block size {first.block_size}, {first.stats.total_blocks} "
+    st.info(f"Replaying **{plain(lab.trace_name)}**: {len(lab.trace)} snapshots (steps "
+            f"{first.step}–{lab.trace[-1].step}) of {plain(engine_label(first.semantics))}, "
+            f"model {plain_code(first.model)}, block size {first.block_size}, {first.stats.total_blocks} "
             "blocks. The live engine's settings come back with *Back to the live engine*.")
 
 
 def draw(lab: Lab) -> None:
+    values_ok = sidebar_values_ok(lab)   # before any widget reads its value (issue 45)
     if st.session_state.pop(RELOAD, False) or "w_scenario" not in st.session_state:
         # before the widgets: they show the running settings (also after a replay, which
         # hides them, so Streamlit dropped their values)
@@ -173,7 +183,7 @@ def draw(lab: Lab) -> None:
         if lab.replaying:
             replay_facts(lab)
         else:
-            settings_panel(lab)
+            settings_panel(lab, values_ok)
         st.divider()
         st.file_uploader("Replay a saved trace (.json.gz or .json)", type=["gz", "json"],
                          key="w_trace",

@@ -340,6 +340,7 @@ def draw(_shown=None) -> None:
     auto = b[2].toggle("Auto-refresh", value=True, key="w_kv_auto", on_change=_retime,
                        help=f"redraw every {REFRESH_S:g} s")
     if st.session_state.get(ERROR):
-        # as typed: a '*' (tcp://*:PORT) would otherwise start markdown's emphasis
-        st.error(st.session_state[ERROR].replace("*", "\\*"))
+        # as typed, never Markdown: the endpoint is the visitor's (app/plain_text.py)
+        from app.plain_text import plain
+        st.error(plain(st.session_state[ERROR]))
     st.fragment(live_view, run_every=REFRESH_S if auto and watching else None)()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import time
 
@@ -76,6 +77,11 @@ def connect(at, endpoint: str, replay: str = "") -> None:
     at.button(key="kv_connect_btn").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
+
+
+def shown(element) -> str:
+    """A message's text as the page shows it: Markdown's escapes (app/plain_text.py) read."""
+    return re.sub(r"\\(.)", r"\1", element.value)
 
 
 def metric(at, label: str) -> str:
@@ -169,12 +175,12 @@ def test_a_bad_endpoint_is_a_clear_error_not_a_traceback(page):
         page.text_input(key="w_kv_endpoint").input(text)
         page.button(key="kv_connect_btn").click().run()
         assert not page.exception
-        assert len(page.error) == 1 and words in page.error[0].value, page.error
+        assert len(page.error) == 1 and words in shown(page.error[0]), page.error
         assert "kv_watch" not in page.session_state
     page.text_input(key="w_kv_endpoint").input("tcp://127.0.0.1:5557")
     page.text_input(key="w_kv_replay").input("tcp://127.0.0.1")
     page.button(key="kv_connect_btn").click().run()
-    assert "the Replay endpoint 'tcp://127.0.0.1'" in page.error[0].value
+    assert "the Replay endpoint 'tcp://127.0.0.1'" in shown(page.error[0])
 
 
 def test_malformed_messages_are_counted_on_the_page_and_disconnect_closes(page, monkeypatch):
@@ -274,7 +280,7 @@ def test_the_status_tells_what_was_really_seen(page, monkeypatch):
         page.number_input(key="w_kv_ranks").set_value(typed)
         page.button(key="kv_connect_btn").click().run()
         assert not page.exception
-        assert "Data-parallel ranks must be a whole number from 1 to 64" in page.error[0].value
+        assert "Data-parallel ranks must be a whole number from 1 to 64" in shown(page.error[0])
         assert "kv_watch" not in page.session_state
     page.number_input(key="w_kv_ranks").set_value(1)
     long = "tcp://" + "a" * 300 + ":5557"
@@ -284,7 +290,7 @@ def test_the_status_tells_what_was_really_seen(page, monkeypatch):
     assert "a" * 100 not in status and "…" in status
     page.text_input(key="w_kv_endpoint").input(long.replace(":5557", ":99999"))
     page.button(key="kv_connect_btn").click().run()  # refused: the message shortens it too
-    assert "port 99999" in page.error[0].value and "a" * 100 not in page.error[0].value
+    assert "port 99999" in page.error[0].value and "a" * 100 not in shown(page.error[0])
     page.text_input(key="w_kv_endpoint").input(f"tcp://127.0.0.1:{free_port()}")
     page.button(key="kv_connect_btn").click().run()
     w = page.session_state["kv_watch"]
@@ -376,7 +382,7 @@ def test_the_page_refuses_them_before_any_socket_exists(endpoint, listen, settin
     page.button(key="kv_connect_btn").click().run()
     assert not page.exception
     assert len(page.error) == 1
-    message = page.error[0].value.replace("\\*", "*")     # markdown's escape, as the page shows it
+    message = shown(page.error[0])
     assert message.startswith(f"Cannot watch: this server does not let sessions watch the "
                               f"Endpoint {endpoint!r}")                   # the page's words
     assert setting in message
@@ -390,7 +396,7 @@ def test_listening_on_an_ipc_file_is_refused_and_creates_no_file(page, sockets_m
     page.text_input(key="w_kv_endpoint").input(f"ipc://{path}")
     page.checkbox(key="w_kv_bind").check()
     page.button(key="kv_connect_btn").click().run()
-    message = page.error[0].value
+    message = shown(page.error[0])
     assert "PAGED_LAB_WATCH_IPC=1 and PAGED_LAB_WATCH_LISTEN=1" in message
     assert not path.exists() and sockets_made == []
     # the operator allows it: the same click binds the file
@@ -446,7 +452,7 @@ def test_a_session_holds_one_subscription(lab_page, monkeypatch):
     assert at.session_state["kv_watch"].subscriber is made[-1] and lab.watch.subscriber is made[-1]
     at.text_input(key="w_kv_endpoint").input("tcp://127.0.0.1:99999")
     at.button(key="kv_connect_btn").click().run()             # refused: and the old one is closed
-    assert "port 99999" in at.error[0].value
+    assert "port 99999" in shown(at.error[0])
     assert made[-1].closed and lab.watch is None and "kv_watch" not in at.session_state
     connect(at, f"tcp://127.0.0.1:{free_port()}")
     at.button(key="kv_disconnect_btn").click().run()

@@ -24,8 +24,11 @@ if (!window.__pagedLabStepQueue) {
   const busyState = (s) => s === "running" || s === "rerunRequested";
   // the page may hold two copies of the button for a moment (a fragment rerun draws the new
   // one before the old one goes): a click on either counts, a replay clicks the newest shown
+  // Reset (its button, or "r": keys.js clicks it) goes through the queue too, and wins over
+  // it: the Steps held when it is clicked are dropped, and it waits only for the run in flight
+  // (issue 45: 30 quick → then r ended at step 25, not 0)
   const QUEUED = {step: ".st-key-step_btn button", back: ".st-key-back_btn button",
-                  forward: ".st-key-forward_btn button"};
+                  forward: ".st-key-forward_btn button", reset: ".st-key-reset_btn button"};
   const KEYS = {ArrowRight: "step", ArrowLeft: "back"};
   // where typing needs the keys: text fields, number fields, select boxes and their open
   // lists, sliders
@@ -92,6 +95,7 @@ if (!window.__pagedLabStepQueue) {
   document.addEventListener("click", (e) => {
     const name = nameOf(e.target);
     if (!name) return;
+    if (name === "reset") queue.length = 0;
     if (replaying) { replaying = false; sent(); return; }
     if (inflight) { e.preventDefault(); e.stopImmediatePropagation(); queue.push(name); return; }
     sent();
