@@ -1,0 +1,114 @@
+"""The tap's ZeroMQ publisher: never blocks the engine loop, drops and counts instead.
+
+The engine thread encodes a message and appends it to a deque bounded in messages and bytes
+(``publish``: no lock, no wake-up per message); a daemon thread owns the socket, wakes every
+``FLUSH_INTERVAL_S`` and sends what is queued. The socket is an XPUB with ``XPUB_NODROP``, so
+a subscriber that stops reading makes ``send(NOBLOCK)`` fail at the high-water mark (a plain
+PUB drops silently) and the tap can count the loss. Every message gets a sequence number, sent
+or not, so a subscriber sees a loss as a gap and waits for the next keyframe. There is no
+replay buffer: the keyframe (about once a second) is what a late or lagging subscriber needs.
+XPUB also tells us when a subscriber joins (``subscribers_joined``), so the tap can send it a
+keyframe at once. No vLLM import: the tests drive it alone.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+
+from engine.kv_events.wire import offset_endpoint_port
+from real_vllm.tap.frames import TapMessage, encode
+
+FLUSH_INTERVAL_S = 0.005
+MAX_QUEUE_MESSAGES = 256
+MAX_QUEUE_BYTES = 32 << 20           # a burst of keyframes of a big pool, no more
+
+
+class TapPublisher:
+    """Counters: ``published`` (sequence numbers given), ``sent``, ``dropped`` (queue full or
+    the subscriber's high-water mark reached), ``subscribers_joined`` (read and reset by the
+    tap). ``endpoint``: the address really bound (rank offset applied, port 0 resolved)."""
+
+    def __init__(self, endpoint: str, topic: str, data_parallel_rank: int = 0, *,
+                 hwm: int = 64, max_queue_messages: int = MAX_QUEUE_MESSAGES,
+                 max_queue_bytes: int = MAX_QUEUE_BYTES):
+        import zmq
+        self._zmq = zmq
+        endpoint = offset_endpoint_port(endpoint, data_parallel_rank)
+        if not endpoint.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ValueError(f"tap endpoint {endpoint!r}: tcp://, ipc:// or inproc:// only")
+        self.topic = topic.encode()
+        self.max_queue_messages, self.max_queue_bytes = max_queue_messages, max_queue_bytes
+        self._queue: deque[tuple[int, bytes]] = deque()
+        self._queued_bytes = 0                   # engine thread adds, sender subtracts (GIL)
+        self._seqs = itertools.count()
+        self.published = self.sent = self.dropped = 0
+        self.subscribers_joined = 0
+        self._closing = threading.Event()
+        self._sock = zmq.Context.instance().socket(zmq.XPUB)
+        try:
+            self._sock.setsockopt(zmq.SNDHWM, hwm)
+            self._sock.setsockopt(zmq.XPUB_NODROP, 1)
+            self._sock.setsockopt(zmq.LINGER, 500)       # the last messages (a TapOff) go out
+            if endpoint.startswith("tcp://[") or "::" in endpoint:
+                self._sock.setsockopt(zmq.IPV6, 1)
+            self._sock.bind(endpoint)                    # the tap is the server: it binds
+            self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        except zmq.ZMQError as e:
+            self._sock.close(0)
+            raise ValueError(f"cannot bind the tap's socket {endpoint!r}: {e}") from None
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="paged-lab-tap")
+        self._thread.start()
+
+    def publish(self, message: TapMessage) -> bool:
+        """Encode and queue one message (engine thread); False if it was dropped."""
+        payload = encode(message)
+        seq = next(self._seqs)
+        self.published += 1
+        if (self._closing.is_set() or len(self._queue) >= self.max_queue_messages
+                or self._queued_bytes + len(payload) > self.max_queue_bytes):
+            self.dropped += 1
+            return False
+        self._queued_bytes += len(payload)
+        self._queue.append((seq, payload))
+        return True
+
+    def _loop(self) -> None:
+        zmq, sock, queue = self._zmq, self._sock, self._queue
+        timeout_ms = int(FLUSH_INTERVAL_S * 1000)
+        try:
+            while True:
+                closing = self._closing.is_set()
+                if sock.poll(0 if closing else timeout_ms, zmq.POLLIN):
+                    while sock.poll(0, zmq.POLLIN):      # subscription messages: 1 = join
+                        msg = sock.recv()
+                        if msg[:1] == b"\x01":
+                            self.subscribers_joined += 1
+                while queue:
+                    seq, payload = queue.popleft()
+                    self._queued_bytes -= len(payload)
+                    try:
+                        sock.send_multipart((self.topic, seq.to_bytes(8, "big"), payload),
+                                            zmq.NOBLOCK)
+                        self.sent += 1
+                    except zmq.Again:                    # a subscriber at its high-water mark
+                        self.dropped += 1
+                if closing:
+                    break
+        finally:
+            sock.close()                                 # LINGER lets the last ones out
+
+    def close(self, wait_s: float = 0.0) -> None:
+        """Stop after sending what is queued. ``wait_s`` 0: return at once (the engine loop
+        must not wait); the sender thread finishes and closes the socket by itself."""
+        self._closing.set()
+        if wait_s > 0:
+            self._thread.join(wait_s)
+
+    def flush(self, timeout_s: float = 2.0) -> bool:
+        """Wait until the queue is empty (tests, the benchmark)."""
+        deadline = time.monotonic() + timeout_s
+        while self._queue and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return not self._queue
