@@ -2,13 +2,14 @@
 
 The engine thread encodes a message and appends it to a deque bounded in messages and bytes
 (``publish``: no lock, no wake-up per message); a daemon thread owns the socket, wakes every
-``FLUSH_INTERVAL_S`` and sends what is queued. The socket is an XPUB with ``XPUB_NODROP``, so
-a subscriber that stops reading makes ``send(NOBLOCK)`` fail at the high-water mark (a plain
-PUB drops silently) and the tap can count the loss. Every message gets a sequence number, sent
-or not, so a subscriber sees a loss as a gap and waits for the next keyframe. There is no
-replay buffer: the keyframe (about once a second) is what a late or lagging subscriber needs.
-XPUB also tells us when a subscriber joins (``subscribers_joined``), so the tap can send it a
-keyframe at once. No vLLM import: the tests drive it alone.
+``FLUSH_INTERVAL_S`` and sends what is queued. A full queue drops the message and counts it
+(``dropped``, published in each Frame). The socket is an XPUB without ``XPUB_NODROP``: a
+subscriber that stops reading loses messages at its own high-water mark, silently for us, while
+the others keep theirs (with NODROP one stalled reader stopped every reader: checked). Every
+message gets a sequence number, sent or not, so a subscriber sees any loss as a gap and waits
+for the next keyframe. There is no replay buffer: the keyframe (about once a second) is what a
+late or lagging subscriber needs. XPUB also says when a subscriber joins
+(``subscribers_joined``), so the tap sends it a keyframe at once. No vLLM import: the tests drive it alone.
 """
 from __future__ import annotations
 
@@ -23,15 +24,16 @@ from real_vllm.tap.frames import TapMessage, encode
 FLUSH_INTERVAL_S = 0.005
 MAX_QUEUE_MESSAGES = 256
 MAX_QUEUE_BYTES = 32 << 20           # a burst of keyframes of a big pool, no more
+SNDBUF_BYTES = 512 << 10             # the kernel's share per subscriber: bounded, not 4 MB
 
 
 class TapPublisher:
-    """Counters: ``published`` (sequence numbers given), ``sent``, ``dropped`` (queue full or
-    the subscriber's high-water mark reached), ``subscribers_joined`` (read and reset by the
+    """Counters: ``published`` (sequence numbers given), ``sent`` (handed to ZeroMQ),
+    ``dropped`` (queue full, or a send error), ``subscribers_joined`` (read and reset by the
     tap). ``endpoint``: the address really bound (rank offset applied, port 0 resolved)."""
 
     def __init__(self, endpoint: str, topic: str, data_parallel_rank: int = 0, *,
-                 hwm: int = 64, max_queue_messages: int = MAX_QUEUE_MESSAGES,
+                 hwm: int = 64, sndbuf: int = SNDBUF_BYTES, max_queue_messages: int = MAX_QUEUE_MESSAGES,
                  max_queue_bytes: int = MAX_QUEUE_BYTES):
         import zmq
         self._zmq = zmq
@@ -49,7 +51,7 @@ class TapPublisher:
         self._sock = zmq.Context.instance().socket(zmq.XPUB)
         try:
             self._sock.setsockopt(zmq.SNDHWM, hwm)
-            self._sock.setsockopt(zmq.XPUB_NODROP, 1)
+            self._sock.setsockopt(zmq.SNDBUF, sndbuf)
             self._sock.setsockopt(zmq.LINGER, 500)       # the last messages (a TapOff) go out
             if endpoint.startswith("tcp://[") or "::" in endpoint:
                 self._sock.setsockopt(zmq.IPV6, 1)
@@ -88,11 +90,11 @@ class TapPublisher:
                 while queue:
                     seq, payload = queue.popleft()
                     self._queued_bytes -= len(payload)
-                    try:
+                    try:                                 # PUB semantics: never blocks
                         sock.send_multipart((self.topic, seq.to_bytes(8, "big"), payload),
                                             zmq.NOBLOCK)
                         self.sent += 1
-                    except zmq.Again:                    # a subscriber at its high-water mark
+                    except zmq.ZMQError:
                         self.dropped += 1
                 if closing:
                     break
