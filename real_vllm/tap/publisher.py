@@ -47,6 +47,7 @@ class TapPublisher:
         self._seqs = itertools.count()
         self.published = self.sent = self.dropped = 0
         self.subscribers_joined = 0
+        self.last_size = 0                       # bytes of the last message published
         self._closing = threading.Event()
         self._sock = zmq.Context.instance().socket(zmq.XPUB)
         try:
@@ -66,6 +67,7 @@ class TapPublisher:
     def publish(self, message: TapMessage) -> bool:
         """Encode and queue one message (engine thread); False if it was dropped."""
         payload = encode(message)
+        self.last_size = len(payload)
         seq = next(self._seqs)
         self.published += 1
         if (self._closing.is_set() or len(self._queue) >= self.max_queue_messages

@@ -124,6 +124,7 @@ class Tap:
         self.force_keyframe = True
         self.frames_sent = 0
         self.tap_s = 0.0                    # time spent in the tap (the benchmark reads it)
+        self.sizes = {"keyframe": [0, 0, 0], "delta": [0, 0, 0]}   # frames, bytes, largest
         endpoint = os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT
         topic = os.environ.get(TOPIC_ENV, DEFAULT_TOPIC)
         try:
@@ -261,6 +262,10 @@ class Tap:
             pub.publish(self.hello())
         pub.publish(frame)
         self.frames_sent += 1
+        size = self.sizes["keyframe" if keyframe else "delta"]
+        size[0] += 1
+        size[1] += pub.last_size
+        size[2] = max(size[2], pub.last_size)
 
     def hello(self) -> Hello:
         s = self.sched

@@ -281,3 +281,28 @@ def test_tap_off_when_internals_are_missing(vllm_ready, caplog):
 
     tap = Tap(NotVllm0_32())
     assert tap.on is False
+
+
+def test_qualname_picks_the_async_variant(vllm_ready):
+    """``TapScheduler`` (what --scheduler-cls names) becomes ``AsyncTapScheduler`` (over vLLM's
+    AsyncScheduler) when async scheduling is on -- a GPU's default; the CPU build forces it
+    off, so only the choice and the method order are checked here, not a run."""
+    from types import SimpleNamespace
+
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from real_vllm.tap.scheduler import AsyncTapScheduler, TapScheduler, _TapMixin
+
+    def config(async_scheduling):
+        return SimpleNamespace(scheduler_config=SimpleNamespace(
+            async_scheduling=async_scheduling))
+    assert type(TapScheduler.__new__(TapScheduler, vllm_config=config(True))) \
+        is AsyncTapScheduler
+    assert type(TapScheduler.__new__(TapScheduler, vllm_config=config(False))) is TapScheduler
+    assert type(TapScheduler.__new__(TapScheduler, config(None))) is TapScheduler
+    mro = AsyncTapScheduler.__mro__
+    assert mro.index(_TapMixin) < mro.index(AsyncScheduler) < mro.index(Scheduler)
+    assert issubclass(AsyncTapScheduler, TapScheduler)   # so Python runs __init__ on it
+    # the overlap lives in AsyncScheduler's overrides; the variant keeps them
+    assert AsyncTapScheduler._update_after_schedule is AsyncScheduler._update_after_schedule
