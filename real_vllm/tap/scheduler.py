@@ -44,16 +44,23 @@ _MASK64 = (1 << 64) - 1
 # What the tap reads, checked at start (vLLM 0.32 names); a miss turns the tap off.
 SCHEDULER_NAMES = ("requests", "running", "waiting", "kv_cache_manager", "kv_cache_config",
                    "scheduler_config", "cache_config", "parallel_config", "block_size",
-                   "max_model_len", "_preempt_request", "_free_request_blocks", "schedule",
-                   "update_from_output")
+                   "max_model_len", "_preempt_request", "_free_request_blocks", "_free_blocks",
+                   "add_request", "schedule", "update_from_output")
 POOL_NAMES = ("blocks", "null_block", "num_gpu_blocks", "get_num_free_blocks")
 BLOCK_NAMES = ("block_id", "ref_cnt", "_block_hash")
 REQUEST_NAMES = ("num_output_tokens", "num_tokens")   # properties of vllm.v1.request.Request
 
 
+_STATUS: dict = {}                                # RequestStatus -> the wire's word
+
+
 def _status(request) -> str:
-    name = request.status.name
-    return "running" if name == "RUNNING" else "preempted" if name == "PREEMPTED" else "waiting"
+    s = _STATUS.get(request.status)
+    if s is None:                                 # an Enum's .name is slow: once per status
+        name = request.status.name
+        s = _STATUS[request.status] = ("running" if name == "RUNNING" else
+                                       "preempted" if name == "PREEMPTED" else "waiting")
+    return s
 
 
 def _int_hash(h) -> int | None:
@@ -107,6 +114,7 @@ class Tap:
         self.group_kinds = [type(g.kv_cache_spec).__name__ for g in groups]
         # full-attention tables only grow while held: their block ids can be reused
         self.append_only = [k == "FullAttentionSpec" for k in self.group_kinds]
+        self.single = self.append_only == [True]
         self.rank = getattr(sched.parallel_config, "data_parallel_index",
                             sched.parallel_config.data_parallel_rank)
         self.keyframe_s = float(os.environ.get(KEYFRAME_ENV, "1.0"))
@@ -117,7 +125,12 @@ class Tap:
         self.steps_of: dict[int, int] = {}  # id(SchedulerOutput) -> its step, until updated
         self.preempted: list[str] = []      # this phase's preemptions, in order
         self.touched: set[int] = set()      # blocks a free touched since the last frame
-        self.known: set[str] = set()        # requests the subscriber knows of
+        # under sync scheduling update_from_output changes blocks only by freeing (hooked);
+        # AsyncScheduler caches the tails' hashes there too
+        self.tails_in_update = bool(sched.scheduler_config.async_scheduling)
+        self.tail_pad = 2 if self.tails_in_update else 1
+        self.new: list[str] = []            # requests added since the last frame
+        self.left: list[str] = []           # requests vLLM let go since the last frame
         self.ids: dict[str, list] = {}      # request -> per group block ids last published
         self.state: dict[int, tuple] = {}   # block -> (ref_cnt, key) last published, non-idle
         self.last_keyframe = float("-inf")
@@ -174,18 +187,25 @@ class Tap:
     def request_state(self, r) -> RequestState:
         rid = r.request_id
         last = self.ids.get(rid)
-        ids = []
-        for g, table in enumerate(self.tables):
-            blocks = table.get(rid) or ()
-            old = last[g] if last is not None else None
-            if (old is not None and self.append_only[g] and len(old) == len(blocks)
-                    and (not old or old[-1] == blocks[-1].block_id)):
-                ids.append(old)             # unchanged since the last frame
-            else:
-                ids.append([b.block_id for b in blocks])
-        self.ids[rid] = ids
-        return RequestState(rid, _status(r), r.num_computed_tokens, r.num_prompt_tokens,
-                            r.num_output_tokens, r.num_preemptions, ids)
+        if self.single:                     # one full-attention group: the common case
+            blocks = self.tables[0].get(rid) or ()
+            old = last[0] if last is not None else None
+            if (old is None or len(old) != len(blocks)
+                    or (old and old[-1] != blocks[-1].block_id)):
+                last = self.ids[rid] = [[b.block_id for b in blocks]]
+        else:
+            ids = []
+            for g, table in enumerate(self.tables):
+                blocks = table.get(rid) or ()
+                old = last[g] if last is not None else None
+                if (old is not None and self.append_only[g] and len(old) == len(blocks)
+                        and (not old or old[-1] == blocks[-1].block_id)):
+                    ids.append(old)         # unchanged since the last frame
+                else:
+                    ids.append([b.block_id for b in blocks])
+            last = self.ids[rid] = ids
+        return RequestState(rid, _STATUS.get(r.status) or _status(r), r.num_computed_tokens,
+                            r.num_prompt_tokens, r.num_output_tokens, r.num_preemptions, last)
 
     def block_state(self, bid: int) -> BlockState:
         b = self.blocks[bid]
@@ -199,9 +219,8 @@ class Tap:
         now = time.time()
         keyframe = self.force_keyframe or now - self.last_keyframe >= self.keyframe_s
         live = sched.requests
-        gone = [rid for rid in self.known if rid not in live]
-        for rid in gone:
-            self.ids.pop(rid, None)
+        gone, self.left = self.left, []
+        new, self.new = self.new, []
         if keyframe:
             requests = [self.request_state(r) for r in live.values()]
             blocks, state = [], {}
@@ -211,23 +230,24 @@ class Tap:
                     blocks.append(BlockState(b.block_id, b.ref_cnt, self.hash_of(b._block_hash)))
             self.state = state
             self.touched.clear()
-            self.known = set(live)
             self.last_keyframe, self.force_keyframe = now, False
         else:
             changed = [rid for rid in scheduled if rid in live]
             changed += [rid for rid in self.preempted if rid in live and rid not in scheduled]
-            changed += [rid for rid in live if rid not in self.known]
+            changed += [rid for rid in new if rid in live]
             touched = self.touched
-            for rid in scheduled:           # a grown table: from the old last block on
+            tails = scheduled if phase == "schedule" or self.tails_in_update else ()
+            for rid in tails:               # a grown table: from the old last block on
                 last = self.ids.get(rid)
                 for g, table in enumerate(self.tables):
                     blocks = table.get(rid)
                     if not blocks:
                         continue
                     start = len(last[g]) - 1 if last is not None else 0
-                    # under async, update caches the tail blocks' hashes
-                    start = max(0, min(start, len(blocks) - 2 - scheduled[rid] // sched.block_size))
-                    touched.update(b.block_id for b in blocks[start:])
+                    # the blocks this step's tokens filled (hashed); async: one more
+                    start = max(0, min(start, len(blocks) - self.tail_pad
+                                       - scheduled[rid] // sched.block_size))
+                    touched.update([b.block_id for b in blocks[start:]])
             requests, seen = [], set()
             for rid in changed:
                 if rid not in seen:
@@ -246,8 +266,6 @@ class Tap:
                         state[bid] = now_state
                     blocks.append(BlockState(bid, b.ref_cnt, self.hash_of(b._block_hash)))
             touched.clear()
-            self.known.difference_update(gone)
-            self.known.update(seen)
         waiting = [r.request_id for r in getattr(sched, "kv_holding_waiting", ())]
         waiting += [r.request_id for r in sched.waiting]
         frame = Frame(step=step, phase=phase, ts=now, keyframe=keyframe,
@@ -323,6 +341,18 @@ class _TapMixin:
         if self._tap is not None:
             self._tap.preempted.append(request.request_id)
         return super()._preempt_request(request, *args, **kwargs)
+
+    def add_request(self, request, *args, **kwargs):
+        out = super().add_request(request, *args, **kwargs)
+        if self._tap is not None:
+            self._tap.new.append(request.request_id)
+        return out
+
+    def _free_blocks(self, request, *args, **kwargs):
+        # where vLLM 0.32 deletes a request from ``requests`` (finished or aborted)
+        if self._tap is not None:
+            self._tap.left.append(request.request_id)
+        return super()._free_blocks(request, *args, **kwargs)
 
     def _free_request_blocks(self, request):
         if self._tap is not None:
