@@ -38,7 +38,7 @@ n = nbytes = 0
 while True:
     parts = s.recv_multipart()
     n += 1; nbytes += len(parts[2])
-    if isinstance(decode(parts[2]), TapOff):
+    if len(parts[2]) < 512 and isinstance(decode(parts[2]), TapOff):   # cheap: frames skip
         break
 print(n, nbytes, flush=True)
 """
@@ -55,6 +55,7 @@ def run_batch(llm, sched, tap, batch: int, on: bool, tag: str) -> dict:
     sched._tap = tap if on else None
     tap.tap_s, tap.frames_sent = 0.0, 0
     tap.sizes = {"keyframe": [0, 0, 0], "delta": [0, 0, 0]}
+    tap.force_keyframe = True            # each run: a keyframe of this batch (sizes)
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, temperature=0)
     for i in range(batch):
         prompt = [300 + (7 * i + 13 * j) % 3700 for j in range(PROMPT_TOKENS)]
@@ -88,11 +89,14 @@ def probe_keyframe(tap, sched) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--sender", choices=("direct", "thread"), default="direct",
+                    help="the publisher's mode (PAGED_LAB_TAP_SENDER)")
     ap.add_argument("--pool", type=int, default=BLOCKS_PER_GIB, help="blocks (null included)")
     args = ap.parse_args()
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", PAGED_LAB_TAP_ENDPOINT=endpoint,
+                      PAGED_LAB_TAP_SENDER=args.sender,
                       VLLM_CPU_KVCACHE_SPACE=str(max(1, -(-args.pool // BLOCKS_PER_GIB))))
     import vllm
     from vllm import EngineArgs, LLMEngine
@@ -158,6 +162,7 @@ def main() -> None:
     llm.engine_core.shutdown()
 
     print(f"\nvLLM {vllm.__version__} CPU, default model, pool {args.pool} blocks of 32, "
+          f"publisher {args.sender}, "
           f"prompt {PROMPT_TOKENS} + {MAX_TOKENS} tokens, best of {args.reps}")
     head = (f"{'batch':>5} {'tok/s off':>10} {'tok/s on':>9} {'loss best':>9} {'loss med':>8} "
             f"{'step ms':>8} {'tap ms/step':>11} {'tap %':>6} {'keyframe B':>10} "
@@ -174,8 +179,9 @@ def main() -> None:
           f"{probe['delta']['bytes']} B")
     print(f"subscriber received {got[0] if got else '?'} of {published} messages "
           f"({got[1] if got else '?'} payload bytes); publisher dropped {tap.pub.dropped}")
-    write_results("tap_overhead", {
-        "vllm": vllm.__version__, "pool_blocks": args.pool, "reps": args.reps,
+    write_results("tap_overhead" if args.sender == "direct" else "tap_overhead_thread", {
+        "vllm": vllm.__version__, "pool_blocks": args.pool, "sender": args.sender,
+        "reps": args.reps,
         "prompt_tokens": PROMPT_TOKENS, "max_tokens": MAX_TOKENS, "rows": rows,
         "probe_256_held": probe, "raw": {str(k): v for k, v in raw.items()},
         "subscriber_messages": int(got[0]) if got else None, "published": published,

@@ -1,15 +1,19 @@
 """The tap's ZeroMQ publisher: never blocks the engine loop, drops and counts instead.
 
-The engine thread encodes a message and appends it to a deque bounded in messages and bytes
-(``publish``: no lock, no wake-up per message); a daemon thread owns the socket, wakes every
-``FLUSH_INTERVAL_S`` and sends what is queued. A full queue drops the message and counts it
-(``dropped``, published in each Frame). The socket is an XPUB without ``XPUB_NODROP``: a
-subscriber that stops reading loses messages at its own high-water mark, silently for us, while
-the others keep theirs (with NODROP one stalled reader stopped every reader: checked). Every
-message gets a sequence number, sent or not, so a subscriber sees any loss as a gap and waits
-for the next keyframe. There is no replay buffer: the keyframe (about once a second) is what a
-late or lagging subscriber needs. XPUB also says when a subscriber joins
-(``subscribers_joined``), so the tap sends it a keyframe at once. No vLLM import: the tests drive it alone.
+Two modes. Direct (the default): the engine thread sends each message with ``NOBLOCK``; the
+network work is ZeroMQ's own I/O thread (C, no GIL), so the engine pays a copy (~10 us) and
+no Python thread competes with it for the GIL (a sender thread cost the engine more than the
+copy on this 2-core machine: bench/tap_overhead.py). ``sender_thread=True``: the engine thread
+appends to a deque bounded in messages and bytes, a daemon thread sends every
+``FLUSH_INTERVAL_S``; a full queue drops the message and counts it (``dropped``, published in
+each Frame). The socket is an XPUB without ``XPUB_NODROP``, bounded per subscriber by SNDHWM
+messages and SNDBUF bytes: a subscriber that stops reading loses messages at its own
+high-water mark, silently for us, while the others keep theirs (with NODROP one stalled reader
+stopped every reader: checked). Every message gets a sequence number, sent or not, so a
+subscriber sees any loss as a gap and waits for the next keyframe. There is no replay buffer:
+the keyframe (about once a second) is what a late or lagging subscriber needs. XPUB also says
+when a subscriber joins (``joins()``), so the tap sends it a keyframe at once.
+No vLLM import: the tests drive it alone.
 """
 from __future__ import annotations
 
@@ -29,11 +33,12 @@ SNDBUF_BYTES = 512 << 10             # the kernel's share per subscriber: bounde
 
 class TapPublisher:
     """Counters: ``published`` (sequence numbers given), ``sent`` (handed to ZeroMQ),
-    ``dropped`` (queue full, or a send error), ``subscribers_joined`` (read and reset by the
-    tap). ``endpoint``: the address really bound (rank offset applied, port 0 resolved)."""
+    ``dropped`` (queue full, or a send error); ``joins()``: subscribers that joined since the
+    last call. ``endpoint``: the address really bound (rank offset applied, port 0 resolved)."""
 
     def __init__(self, endpoint: str, topic: str, data_parallel_rank: int = 0, *,
-                 hwm: int = 64, sndbuf: int = SNDBUF_BYTES, max_queue_messages: int = MAX_QUEUE_MESSAGES,
+                 hwm: int = 64, sndbuf: int = SNDBUF_BYTES, sender_thread: bool = False,
+                 max_queue_messages: int = MAX_QUEUE_MESSAGES,
                  max_queue_bytes: int = MAX_QUEUE_BYTES):
         import zmq
         self._zmq = zmq
@@ -61,8 +66,11 @@ class TapPublisher:
         except zmq.ZMQError as e:
             self._sock.close(0)
             raise ValueError(f"cannot bind the tap's socket {endpoint!r}: {e}") from None
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="paged-lab-tap")
-        self._thread.start()
+        self._thread = None
+        if sender_thread:
+            self._thread = threading.Thread(target=self._loop, daemon=True,
+                                            name="paged-lab-tap")
+            self._thread.start()
 
     def publish(self, message: TapMessage) -> bool:
         """Encode and queue one message (engine thread); False if it was dropped."""
@@ -70,6 +78,8 @@ class TapPublisher:
         self.last_size = len(payload)
         seq = next(self._seqs)
         self.published += 1
+        if self._thread is None:
+            return self._send_now(seq, payload)
         if (self._closing.is_set() or len(self._queue) >= self.max_queue_messages
                 or self._queued_bytes + len(payload) > self.max_queue_bytes):
             self.dropped += 1
@@ -77,6 +87,34 @@ class TapPublisher:
         self._queued_bytes += len(payload)
         self._queue.append((seq, payload))
         return True
+
+    def _send_now(self, seq: int, payload: bytes) -> bool:
+        """Direct mode: ZeroMQ's own I/O thread (C, no GIL) does the network; this is a
+        ~10 us copy into its pipe, which never blocks on a PUB-style socket."""
+        zmq, sock = self._zmq, self._sock
+        if sock is None:
+            self.dropped += 1
+            return False
+        try:
+            sock.send_multipart((self.topic, seq.to_bytes(8, "big"), payload), zmq.NOBLOCK)
+            self.sent += 1
+            return True
+        except zmq.ZMQError:
+            self.dropped += 1
+            return False
+
+    def joins(self) -> int:
+        """Subscribers that joined since the last call (direct mode reads the socket here)."""
+        if self._thread is None and self._sock is not None:
+            zmq, sock = self._zmq, self._sock
+            try:
+                while sock.poll(0, zmq.POLLIN):          # subscription messages: 1 = join
+                    if sock.recv()[:1] == b"\x01":
+                        self.subscribers_joined += 1
+            except zmq.ZMQError:
+                pass
+        n, self.subscribers_joined = self.subscribers_joined, 0
+        return n
 
     def _loop(self) -> None:
         zmq, sock, queue = self._zmq, self._sock, self._queue
@@ -107,12 +145,18 @@ class TapPublisher:
         """Stop after sending what is queued. ``wait_s`` 0: return at once (the engine loop
         must not wait); the sender thread finishes and closes the socket by itself."""
         self._closing.set()
-        if wait_s > 0:
+        if self._thread is None:
+            if self._sock is not None:
+                # returns at once; ZeroMQ's I/O thread sends what is left (a TapOff) for
+                # up to LINGER (the context is never terminated, so nothing waits on it)
+                self._sock.close(max(500, int(wait_s * 1000)))
+                self._sock = None
+        elif wait_s > 0:
             self._thread.join(wait_s)
 
     def flush(self, timeout_s: float = 2.0) -> bool:
         """Wait until the queue is empty (tests, the benchmark)."""
         deadline = time.monotonic() + timeout_s
-        while self._queue and time.monotonic() < deadline:
+        while self._queue and self._thread is not None and time.monotonic() < deadline:
             time.sleep(0.001)
         return not self._queue

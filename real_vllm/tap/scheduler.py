@@ -39,6 +39,7 @@ logger = init_logger("vllm.paged_lab_tap")      # under "vllm": printed by vLLM'
 KEYFRAME_ENV = "PAGED_LAB_TAP_KEYFRAME_S"
 FAIL_AT_STEP_ENV = "PAGED_LAB_TAP_FAIL_AT_STEP"   # tests: an error inside the tap at step N
 OFF_ENV = "PAGED_LAB_TAP_OFF"                     # "1": vLLM's scheduler only (benchmarks)
+SENDER_ENV = "PAGED_LAB_TAP_SENDER"               # "thread": a sender thread (publisher.py)
 _MASK64 = (1 << 64) - 1
 
 # What the tap reads, checked at start (vLLM 0.32 names); a miss turns the tap off.
@@ -141,7 +142,8 @@ class Tap:
         endpoint = os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT
         topic = os.environ.get(TOPIC_ENV, DEFAULT_TOPIC)
         try:
-            self.pub = TapPublisher(endpoint, topic, self.rank)
+            self.pub = TapPublisher(endpoint, topic, self.rank,
+                                    sender_thread=os.environ.get(SENDER_ENV) == "thread")
         except ValueError as e:
             logger.warning("paged-lab tap off: %s", e)
             return
@@ -213,8 +215,7 @@ class Tap:
 
     def emit(self, phase: str, step: int, scheduled: dict[str, int]) -> None:
         sched, pub = self.sched, self.pub
-        if pub.subscribers_joined:          # someone joined: give them the whole picture
-            pub.subscribers_joined = 0
+        if pub.joins():                     # someone joined: give them the whole picture
             self.force_keyframe = True
         now = time.time()
         keyframe = self.force_keyframe or now - self.last_keyframe >= self.keyframe_s
