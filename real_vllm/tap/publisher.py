@@ -1,13 +1,14 @@
 """The tap's ZeroMQ publisher: never blocks the engine loop, drops and counts instead.
 
-Two modes. Direct (the default): the engine thread sends each message with ``NOBLOCK``; the
-network work is ZeroMQ's own I/O thread (C, no GIL), so the engine pays a copy (~10 us) and
-no Python thread competes with it for the GIL (a sender thread cost the engine more than the
-copy on this 2-core machine: bench/tap_overhead.py). ``sender_thread=True``: the engine thread
-appends to a deque bounded in messages and bytes, a daemon thread sends every
-``FLUSH_INTERVAL_S``; a full queue drops the message and counts it (``dropped``, published in
-each Frame). The socket is an XPUB without ``XPUB_NODROP``, bounded per subscriber by SNDHWM
-messages and SNDBUF bytes: a subscriber that stops reading loses messages at its own
+Two modes. With a sender thread (the default): the engine thread appends the encoded message
+to a deque bounded in messages and bytes (no lock, no wake-up per message), a daemon thread
+sends every ``FLUSH_INTERVAL_S``; a full queue drops the message and counts it (``dropped``,
+published in each Frame). Direct (``sender_thread=False``, PAGED_LAB_TAP_SENDER=direct): the
+engine thread sends with ``NOBLOCK`` itself. Measured side by side (bench/tap_overhead.py,
+this 2-core CPU) the direct sends cost the engine thread more (0.12 vs 0.05 ms per step at
+batch 1, 1.2 vs 1.0 at 256), so the thread is the default.
+The socket is an XPUB without ``XPUB_NODROP``, bounded per subscriber by SNDHWM messages and
+SNDBUF bytes: a subscriber that stops reading loses messages at its own
 high-water mark, silently for us, while the others keep theirs (with NODROP one stalled reader
 stopped every reader: checked). Every message gets a sequence number, sent or not, so a
 subscriber sees any loss as a gap and waits for the next keyframe. There is no replay buffer:
@@ -37,11 +38,12 @@ class TapPublisher:
     last call. ``endpoint``: the address really bound (rank offset applied, port 0 resolved)."""
 
     def __init__(self, endpoint: str, topic: str, data_parallel_rank: int = 0, *,
-                 hwm: int = 64, sndbuf: int = SNDBUF_BYTES, sender_thread: bool = False,
+                 hwm: int = 64, sndbuf: int = SNDBUF_BYTES, sender_thread: bool = True,
                  max_queue_messages: int = MAX_QUEUE_MESSAGES,
                  max_queue_bytes: int = MAX_QUEUE_BYTES):
         import zmq
         self._zmq = zmq
+        self._more = zmq.SNDMORE | zmq.NOBLOCK
         endpoint = offset_endpoint_port(endpoint, data_parallel_rank)
         if not endpoint.startswith(("tcp://", "ipc://", "inproc://")):
             raise ValueError(f"tap endpoint {endpoint!r}: tcp://, ipc:// or inproc:// only")
@@ -95,8 +97,10 @@ class TapPublisher:
         if sock is None:
             self.dropped += 1
             return False
-        try:
-            sock.send_multipart((self.topic, seq.to_bytes(8, "big"), payload), zmq.NOBLOCK)
+        try:                        # three sends: cheaper than send_multipart's wrapper
+            sock.send(self.topic, self._more)
+            sock.send(seq.to_bytes(8, "big"), self._more)
+            sock.send(payload, zmq.NOBLOCK)
             self.sent += 1
             return True
         except zmq.ZMQError:
@@ -107,9 +111,9 @@ class TapPublisher:
         """Subscribers that joined since the last call (direct mode reads the socket here)."""
         if self._thread is None and self._sock is not None:
             zmq, sock = self._zmq, self._sock
-            try:
-                while sock.poll(0, zmq.POLLIN):          # subscription messages: 1 = join
-                    if sock.recv()[:1] == b"\x01":
+            try:                    # EVENTS: a flag read, not a Poller built per call
+                while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:   # 1 = a subscriber joined
+                    if sock.recv(zmq.NOBLOCK)[:1] == b"\x01":
                         self.subscribers_joined += 1
             except zmq.ZMQError:
                 pass

@@ -39,7 +39,7 @@ logger = init_logger("vllm.paged_lab_tap")      # under "vllm": printed by vLLM'
 KEYFRAME_ENV = "PAGED_LAB_TAP_KEYFRAME_S"
 FAIL_AT_STEP_ENV = "PAGED_LAB_TAP_FAIL_AT_STEP"   # tests: an error inside the tap at step N
 OFF_ENV = "PAGED_LAB_TAP_OFF"                     # "1": vLLM's scheduler only (benchmarks)
-SENDER_ENV = "PAGED_LAB_TAP_SENDER"               # "thread": a sender thread (publisher.py)
+SENDER_ENV = "PAGED_LAB_TAP_SENDER"               # "direct": no sender thread (publisher.py)
 _MASK64 = (1 << 64) - 1
 
 # What the tap reads, checked at start (vLLM 0.32 names); a miss turns the tap off.
@@ -143,7 +143,7 @@ class Tap:
         topic = os.environ.get(TOPIC_ENV, DEFAULT_TOPIC)
         try:
             self.pub = TapPublisher(endpoint, topic, self.rank,
-                                    sender_thread=os.environ.get(SENDER_ENV) == "thread")
+                                    sender_thread=os.environ.get(SENDER_ENV) != "direct")
         except ValueError as e:
             logger.warning("paged-lab tap off: %s", e)
             return
