@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from app.figures.common import (FONT_SIZE, NARROW_PX, PROJECTOR_MIN_FONT, STATE_COLORS,
                                 STATE_LABELS, block_label,
                                 discrete_colorscale, empty, fit_cell_labels, layout, legend_note,
-                                make_figure, show_token, tick_margin, token_strings)
+                                make_figure, short_id, show_token, tick_margin, token_strings)
 
 CELL_FONT = 13
 
@@ -44,7 +44,8 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
             label = block_label(phys, s.device)
             zrow[logical] = _CODE[state] + 0.5
             trow[logical] = f"<b>{label}</b>" + (f" ×{rc}" if rc > 1 else "")
-            lines = [f"seq {s.seq_id}, logical block {logical} → <b>{label}</b>",
+            lines = [f"seq {s.seq_id} (request {s.request_id}), logical block {logical} → "
+                     f"<b>{label}</b>",
                      f"refcount {rc}" + (f" · filled {block.filled}/{snapshot.block_size}" if block else "")]
             if block is not None and block.seq_ids:
                 lines.append(("held by seq " if len(block.seq_ids) == 1 else "held by seqs ")
@@ -55,7 +56,7 @@ def block_table_figure(snapshot, decode=None) -> go.Figure:
         z.append(zrow)
         text.append(trow)
         hover.append(hrow)
-        ylabels.append(f"seq {s.seq_id} · req {s.request_id} · {s.status}")
+        ylabels.append(f"seq {s.seq_id} · req {short_id(s.request_id)} · {s.status}")
     left = tick_margin(ylabels)
     # the plot is what the narrowest column leaves after the row labels; in the projector the
     # row labels grow with the font (for_projector scales the left margin the same way)

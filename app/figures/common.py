@@ -71,6 +71,17 @@ def layout(title: str, height: int | None = None, legend_y: float = -0.02, **ext
     return out
 
 
+MAX_ID_CHARS = 16
+
+
+def short_id(request_id: str) -> str:
+    """A request id short enough for a row label: a server's ids ("cmpl-<16 hex>-0-<8 hex>")
+    took most of a narrow plot's width, leaving the cells too narrow for their labels; the
+    row's seq id keeps it unique, the hover names the whole id."""
+    rid = str(request_id)
+    return rid if len(rid) <= MAX_ID_CHARS else f"{rid[:10]}…{rid[-5:]}"
+
+
 def tick_margin(labels, px_per_char: float = 6.5) -> int:
     """A left margin that fits the longest tick label (Plotly's automargin would
     measure it, at the price of drawing the figure twice)."""

@@ -468,6 +468,9 @@ class RankModel:
         return [rid for _, rid in self.preemptions]
 
 
+RCV_HWM = 10_000
+
+
 class TapFollower:
     """Follows a scheduler tap: one SUB socket per data-parallel rank, ``poll()`` drains them.
 
@@ -500,6 +503,10 @@ class TapFollower:
                 ep = offset_endpoint_port(endpoint, r)
                 s = ctx.socket(zmq.SUB)
                 s.setsockopt(zmq.LINGER, 0)
+                # room for a few seconds of a busy server's frames between two polls of the
+                # page (ZeroMQ's default 1000 lost most of them at ~1000 frames/s); still
+                # bounded, a lost frame is a gap the next keyframe repairs
+                s.setsockopt(zmq.RCVHWM, RCV_HWM)
                 if wants_ipv6(ep):
                     s.setsockopt(zmq.IPV6, 1)
                 self._sockets[r] = s

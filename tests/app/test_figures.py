@@ -298,3 +298,20 @@ def test_every_step_figure_passes_plotlys_validation():
                 break
     go.Figure(empty("t", "nothing").to_dict())
     assert checked > 100
+
+
+def test_a_servers_long_request_ids_leave_room_for_the_cells():
+    """A vLLM server's ids ("cmpl-<16 hex>-0-<8 hex>", the scheduler tap) are shortened in the
+    block tables' row labels, so the cells keep their labels; the hover names the whole id."""
+    import dataclasses
+    from tests.app.conftest import run_length_only
+    from engine import SamplingParams
+    eng, _ = run_length_only([[1, 2, 3, 4, 5, 6, 7, 8, 9]], SamplingParams(max_tokens=4), 2)
+    snap = eng.history[-1]
+    rid = "cmpl-ad0d44f82968051c-0-bbdf46ba"
+    snap = dataclasses.replace(snap, sequences=tuple(
+        dataclasses.replace(s, request_id=rid) for s in snap.sequences))
+    heat = block_table_figure(snap).data[0]
+    assert all(rid not in label and len(label) < 50 for label in heat.y), heat.y
+    assert any(t for row in heat.text for t in row), "the cells lost their labels"
+    assert any(rid in h for row in heat.customdata for h in row if h)

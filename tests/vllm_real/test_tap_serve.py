@@ -210,3 +210,78 @@ def test_tap_error_in_vllm_serve(servers):
     assert isinstance(messages[-1][1], TapOff)
     assert s.complete(toks(900, 30), max_tokens=8)["choices"][0]["text"]
     assert "paged-lab tap off after an error" in s.log.read_text()
+
+
+TAP_TABLES_JS = """() => {
+  for (const el of document.querySelectorAll('.js-plotly-plot')) {
+    const t = el.layout && el.layout.title && el.layout.title.text || '';
+    if (t.startsWith('Block tables') && el.offsetParent !== null && el.data.length)
+      return {title: t, rows: [...(el.data[0].y || []), ...(el.layout.yaxis.ticktext || [])],
+              z: (el.data[0].z || []).flat().filter(v => v !== null && v !== undefined)};
+  }
+  return null;
+}"""
+
+
+@pytest.mark.browser
+def test_the_watch_tab_draws_a_live_vllm_serve(servers, tmp_path):
+    """The page (`streamlit run app`, the tap's endpoint on its allowlist) in Chromium: Watch
+    vLLM → Scheduler tap → Connect, then a completion on the server: the block-table figure
+    draws the server's request (its cmpl-… id) holding physical blocks, live."""
+    from app.screenshots import (exceptions_on, launch, open_lab, start_server, stop_server,
+                                 wait_healthy)
+    from tests.app.conftest import browser_missing
+    missing = browser_missing()
+    if missing:
+        pytest.skip(f"browser tests: {missing}")
+    import playwright.sync_api as pw
+    s = servers["tap"]
+    port = free_port()
+    page_log = tmp_path / "streamlit.log"
+    proc = start_server(port, "default", str(page_log),
+                        env={"PAGED_LAB_WATCH_ENDPOINTS": f"tcp://127.0.0.1:{s.tap}"})
+    answer: list = []
+    try:
+        wait_healthy(port, proc)
+        with pw.sync_playwright() as p:
+            ctx = launch(p, {"width": 1440, "height": 900})
+            page = ctx.new_page()
+            open_lab(page, f"http://127.0.0.1:{port}")
+            page.get_by_role("tab", name="Watch vLLM").click()
+            page.get_by_text("Scheduler tap", exact=True).click()
+            page.get_by_label("Tap endpoint (the server's PUB socket)").fill(
+                f"tcp://127.0.0.1:{s.tap}")
+            page.get_by_role("button", name="Connect", exact=True).click()
+            time.sleep(2)                            # the subscription reaches the tap
+            stop = threading.Event()
+
+            def load():                              # completions until the figure is seen
+                i = 0
+                while not stop.is_set():
+                    answer.extend(s.complete_many(
+                        [toks(5000 + 97 * (i + j), 90) for j in range(4)], max_tokens=300))
+                    i += 4
+            long = threading.Thread(target=load)
+            long.start()
+            drawn, deadline = None, time.monotonic() + 90
+            while time.monotonic() < deadline:
+                fig = page.evaluate(TAP_TABLES_JS)
+                rows = [r for r in (fig or {}).get("rows", []) if "cmpl-" in str(r)]
+                if rows and fig["z"]:                    # a cmpl-… row holding blocks
+                    drawn = fig
+                    break
+                time.sleep(0.5)
+            page.locator(".gtitle", has_text="Block tables").first.scroll_into_view_if_needed()
+            shot = os.environ.get("PAGED_LAB_TAP_SCREENSHOT") or str(tmp_path / "tap.png")
+            page.screenshot(path=shot)
+            stop.set()
+            print(f"\nthe Watch tab drawing the live server: {shot}")
+            assert drawn is not None, "the block tables never showed the server's request"
+            print(f"drawn: {drawn['title']}: {drawn['rows']}")
+            assert not exceptions_on(page)
+            ctx.close()
+        stop.set()
+        long.join(180)
+        assert answer and all(a["choices"][0]["text"] for a in answer)
+    finally:
+        stop_server(proc)
