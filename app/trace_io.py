@@ -2,11 +2,12 @@
 export: a 400-step trace is ~34 MB of JSON and ~2 MB compressed, so it uploads back within
 server.maxUploadSize) and metrics as CSV.
 
-An uploaded trace is somebody else's file: it is size-checked before it is decoded, its
-nesting depth is checked before ``json.loads`` (no recursion limit to hit), its length is
-bounded (PAGED_LAB_MAX_TRACE_SNAPSHOTS), and every field is type-checked against the snapshot
-dataclasses before one is built, then against what every recorded snapshot satisfies
-(engine/observe/snapshot_checks.py: no block 99999, no refcount -5). A gzip upload is
+An uploaded trace is somebody else's file: it is size-checked before it is decoded, read one
+snapshot at a time (app/trace_stream.py: no more items decoded than
+PAGED_LAB_MAX_TRACE_SNAPSHOTS, nesting and integer sizes bounded while decoding), and
+every field is type-checked against the snapshot dataclasses before one is built, then
+against what every recorded snapshot satisfies (engine/observe/snapshot_checks.py: no block
+99999, no refcount -5). A gzip upload is
 decompressed in bounded chunks, never past PAGED_LAB_MAX_TRACE_MB. Nothing in a trace is
 executed; errors name the first bad field or violation.
 """
@@ -82,31 +83,6 @@ def nesting_depth(text: str) -> int:
     computed without recursion, so a file of 100,000 ``[`` is measured, not parsed."""
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
-
-
-def _no_constant(name: str):
-    raise ValueError(f"not a trace: {name} is not a JSON number")
-
-
-def parse_json(data: bytes | str, max_bytes: int) -> object:
-    """JSON from an upload: size first, then UTF-8, then nesting depth, then ``json.loads``."""
-    size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
-    if size > max_bytes:
-        raise ValueError(f"the file is {size / 2**20:.1f} MB: this server accepts traces up to "
-                         f"{max_bytes / 2**20:g} MB (server.maxUploadSize)")
-    if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError("not a trace: the file is not UTF-8 text (expected JSON)") from None
-    if nesting_depth(data) > MAX_DEPTH:
-        raise ValueError(f"not a trace: JSON nested deeper than {MAX_DEPTH} levels")
-    try:
-        return json.loads(data, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not a trace: invalid JSON ({exc.msg}, line {exc.lineno})") from None
-    except RecursionError:                # not reached after the depth check; kept as a guard
-        raise ValueError("not a trace: JSON nested too deeply") from None
 
 
 # ---- checking every field ------------------------------------------------------------------
