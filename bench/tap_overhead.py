@@ -8,9 +8,10 @@ alternating, so machine noise falls on both alike. A subscriber in another proce
 frame over TCP on 127.0.0.1 (the Watch tab's place). "tap ms/step": time inside the tap's two
 emits per step (schedule + update), measured in the engine thread.
 
-    /tmp/vsnap/.venv/bin/python bench/tap_overhead.py [--reps 3] [--pool 16384]
+    python bench/tap_overhead.py [--reps 3] [--pool 16384]
 
-Needs vLLM (the CPU build); writes bench/results/tap_overhead.json.
+Needs vLLM (the CPU build: the environment `bash deploy/install.sh --vllm` makes);
+writes bench/results/tap_overhead.json.
 """
 from __future__ import annotations
 
@@ -21,8 +22,12 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from common import ROOT, write_results
+if __package__ in (None, ""):          # python bench/tap_overhead.py: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, write_results  # noqa: E402
 
 BATCHES = (1, 32, 256)
 PROMPT_TOKENS, MAX_TOKENS = 32, 64

