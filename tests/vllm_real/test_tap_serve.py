@@ -25,15 +25,19 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = str(ROOT / "assets" / "default-model")
 START_TIMEOUT_S = 420
 FAIL_AT_STEP = 5
+KEPT_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "HF_HOME",
+            "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PIP_CACHE_DIR")
 
 
 class Server:
     def __init__(self, name: str, log_dir: Path, **tap_env):
         self.port, self.tap = free_port(), free_port()
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1",
-                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        # a clean environment, not this process's: an in-process vLLM run earlier in the
+        # session sets variables of its own (LD_PRELOAD, thread counts …), and under them the
+        # server's CLI once failed to find vLLM's own metadata (CI, not reproduced alone)
+        env = {k: v for k, v in os.environ.items() if k in KEPT_ENV}
+        env.update(VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=str(ROOT),
                    PAGED_LAB_TAP_ENDPOINT=f"tcp://127.0.0.1:{self.tap}", **tap_env)
-        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)     # the server's own default
         self.log = log_dir / f"vllm-serve-{name}.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", MODEL,
