@@ -245,6 +245,7 @@ def test_the_watch_tab_draws_a_live_vllm_serve(servers, tmp_path):
     proc = start_server(port, "default", str(page_log),
                         env={"PAGED_LAB_WATCH_ENDPOINTS": f"tcp://127.0.0.1:{s.tap}"})
     answer: list = []
+    stop = threading.Event()
     try:
         wait_healthy(port, proc)
         with pw.sync_playwright() as p:
@@ -257,8 +258,6 @@ def test_the_watch_tab_draws_a_live_vllm_serve(servers, tmp_path):
                 f"tcp://127.0.0.1:{s.tap}")
             page.get_by_role("button", name="Connect", exact=True).click()
             time.sleep(2)                            # the subscription reaches the tap
-            stop = threading.Event()
-
             def load():                              # completions until the figure is seen
                 i = 0
                 while not stop.is_set():
@@ -275,17 +274,21 @@ def test_the_watch_tab_draws_a_live_vllm_serve(servers, tmp_path):
                     drawn = fig
                     break
                 time.sleep(0.5)
-            page.locator(".gtitle", has_text="Block tables").first.scroll_into_view_if_needed()
-            shot = os.environ.get("PAGED_LAB_TAP_SCREENSHOT") or str(tmp_path / "tap.png")
-            page.screenshot(path=shot)
             stop.set()
-            print(f"\nthe Watch tab drawing the live server: {shot}")
             assert drawn is not None, "the block tables never showed the server's request"
+            shot = os.environ.get("PAGED_LAB_TAP_SCREENSHOT") or str(tmp_path / "tap.png")
+            try:                     # a picture for the docs, not the check: a loaded machine
+                page.locator(".gtitle", has_text="Block tables").first \
+                    .scroll_into_view_if_needed(timeout=10_000)
+                page.screenshot(path=shot, timeout=20_000)
+                print(f"\nthe Watch tab drawing the live server: {shot}")
+            except pw.TimeoutError:
+                print("\nno screenshot: the page did not settle within 20 s")
             print(f"drawn: {drawn['title']}: {drawn['rows']}")
             assert not exceptions_on(page)
             ctx.close()
-        stop.set()
         long.join(180)
         assert answer and all(a["choices"][0]["text"] for a in answer)
     finally:
+        stop.set()
         stop_server(proc)
