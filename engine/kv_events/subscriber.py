@@ -13,7 +13,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from engine.kv_events.wire import (END_SEQ, KVEventBatch, check_endpoint, decode_batch, shown,
+from engine.kv_events.wire import (END_SEQ, KVEventBatch, MalformedMessage, check_endpoint,
+                                   decode_batch, live_message, shown,
                                    offset_endpoint_port, wants_ipv6)
 
 REPLAY_TIMEOUT_S = 2.0
@@ -233,16 +234,11 @@ class KVEventSubscriber:
                 frames = self._sub.recv_multipart(self._zmq.NOBLOCK)
             except self._zmq.Again:
                 break
-            if len(frames) != 3:
-                self._bad(f"live message with {len(frames)} frames (expected topic, sequence "
-                          f"number, payload)")
+            try:
+                seq, payload = live_message(frames, signed=True)
+            except MalformedMessage as e:
+                self._bad(f"live message: {e}")
                 continue
-            _, seq_bytes, payload = frames
-            if len(seq_bytes) != 8:
-                self._bad(f"live message with a {len(seq_bytes)}-byte sequence number "
-                          f"(expected 8)")
-                continue
-            seq = int.from_bytes(seq_bytes, "big", signed=True)
             try:
                 batch = decode_batch(payload)
             except ValueError as e:

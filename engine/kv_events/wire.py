@@ -219,3 +219,21 @@ def hash_hex(h: ExternalBlockHash | None) -> str:
 
 
 END_SEQ = -1                           # the replay's end marker (a sequence number)
+
+
+class MalformedMessage(ValueError):
+    """A ZeroMQ message that is not (topic, 8-byte sequence number, payload); says what it is."""
+
+
+def live_message(parts: list[bytes], *, signed: bool) -> tuple[int, bytes]:
+    """(sequence number, payload) of a live PUB message: vLLM's KV events publisher
+    (``vllm/distributed/kv_events.py``, ``ZmqEventPublisher``) sends topic, the sequence number
+    as 8 big-endian bytes (signed: the replay's end marker is -1), payload; the scheduler tap
+    sends the same three parts (real_vllm/tap/publisher.py, unsigned)."""
+    if len(parts) != 3:
+        raise MalformedMessage(f"a message of {len(parts)} parts (expected topic, sequence "
+                               f"number, payload)")
+    _, seq_bytes, payload = parts
+    if len(seq_bytes) != 8:
+        raise MalformedMessage(f"a {len(seq_bytes)}-byte sequence number (expected 8)")
+    return int.from_bytes(seq_bytes, "big", signed=signed), payload

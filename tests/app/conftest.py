@@ -103,3 +103,14 @@ def browser_missing() -> str | None:
     if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
         return f"no Chromium at {CHROMIUM} (apt-get install chromium)"
     return None
+
+
+def browser_marks() -> list:
+    """A browser test module's ``pytestmark``: marked ``browser``, needs the default model,
+    skipped (saying why, also printed in the run's output) where Chromium or playwright is
+    missing."""
+    missing = browser_missing()
+    if missing:
+        print(f"\nbrowser tests skipped: {missing}")
+    return [pytest.mark.browser, needs_model,
+            pytest.mark.skipif(missing is not None, reason=f"browser tests: {missing}")]

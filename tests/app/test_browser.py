@@ -19,18 +19,14 @@ from app.screenshots import (click_step, exceptions_on, free_port, launch, open_
 
 from app.views.page_style import STEP_QUEUE_JS
 
-from .conftest import MODEL, browser_missing, needs_model
+from .conftest import MODEL, browser_marks
 
 try:
     import playwright.sync_api as pw
 except ImportError:
     pw = None
 
-_missing = browser_missing()
-if _missing:
-    print(f"\nbrowser tests skipped: {_missing}")
-pytestmark = [pytest.mark.browser, needs_model,
-              pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
+pytestmark = browser_marks()
 
 RSS_BOUND_BYTES = int(1.5 * 2**30)
 

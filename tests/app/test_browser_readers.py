@@ -15,7 +15,7 @@ from app.screenshots import (click_step, exceptions_on, free_port, open_tab,
 
 from engine import Engine, EngineConfig, SamplingParams
 
-from .conftest import MODEL, browser_missing, needs_model
+from .conftest import MODEL, browser_marks
 from .test_browser import browser  # noqa: F401  (the module's Chromium, shared fixture)
 
 try:
@@ -23,9 +23,7 @@ try:
 except ImportError:
     pw = None
 
-_missing = browser_missing()
-pytestmark = [pytest.mark.browser, needs_model,
-              pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
+pytestmark = browser_marks()
 
 # every figure text's box, per figure: pairs that overlap, and texts outside their figure
 LAYOUT_JS = """(title) => {

@@ -10,7 +10,7 @@ import pytest
 from app.screenshots import (click_step, free_port, launch, open_lab, start_server,
                              stop_server, wait_healthy)
 
-from .conftest import MODEL, browser_missing, needs_model
+from .conftest import MODEL, browser_marks
 from .test_hostile_text import HOSTILE
 
 try:
@@ -18,9 +18,7 @@ try:
 except ImportError:
     pw = None
 
-_missing = browser_missing()
-pytestmark = [pytest.mark.browser, needs_model,
-              pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
+pytestmark = browser_marks()
 
 
 def test_a_hostile_trace_name_draws_no_link_or_image(tmp_path):

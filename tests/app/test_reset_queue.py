@@ -11,16 +11,14 @@ import pytest
 from app.screenshots import (free_port, launch, open_lab, rendered_step, start_server,
                              step_button, stop_server, wait_healthy)
 
-from .conftest import MODEL, browser_missing, needs_model
+from .conftest import MODEL, browser_marks
 
 try:
     import playwright.sync_api as pw
 except ImportError:
     pw = None
 
-_missing = browser_missing()
-pytestmark = [pytest.mark.browser, needs_model,
-              pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
+pytestmark = browser_marks()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import socket
 import time
 
 import numpy as np
@@ -29,6 +28,7 @@ from engine.kv_events import (BlockStored, CachedBlock, KVEventBatch, PrefixCach
                               ReceivedBatch, encode_batch)
 
 from .conftest import MODEL, ROOT, needs_model
+from tests.ports import free_port
 
 DEADLINE_S = 10.0
 
@@ -36,12 +36,6 @@ DEADLINE_S = 10.0
 def watch_page():
     from app.views import watch
     watch.draw()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 WATCH_SETTINGS = ("PAGED_LAB_WATCH_ENDPOINTS", "PAGED_LAB_WATCH_LISTEN", "PAGED_LAB_WATCH_IPC")

@@ -31,6 +31,7 @@ from engine.kv_events import (AllBlocksCleared, BlockRemoved, BlockStored, Gap, 
                               KVEventPublisher, KVEventSubscriber, PrefixCacheView, ReceivedBatch,
                               check_endpoint, decode_batch, encode_batch, offset_endpoint_port)
 from engine.models.loader import DEFAULT_MODEL_DIR
+from tests.ports import free_port
 
 DEADLINE_S = 10.0
 BS = 4
@@ -81,12 +82,6 @@ END = (-1).to_bytes(8, "big", signed=True)
 
 
 # ---- helpers ------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def receive_until(sub: KVEventSubscriber, done, what: str) -> list[ReceivedBatch]:
     got: list[ReceivedBatch] = []
@@ -518,7 +513,7 @@ def test_malformed_messages_are_counted_and_skipped(raw_server):
     assert [b.seq for b in got] == [2]
     assert sub.malformed_count == 4
     reasons = list(sub.malformed)
-    assert "2 frames" in reasons[0] and "2-byte sequence number" in reasons[1]
+    assert "2 parts" in reasons[0] and "2-byte sequence number" in reasons[1]
     assert reasons[2].startswith("live batch 0:") and reasons[3].startswith("live batch 1:")
     send(pub, 3)
     assert [b.seq for b in receive_until(sub, lambda g: len(g) >= 1, "seq 3")] == [3]

@@ -14,18 +14,14 @@ from app.scenarios import REAL_VLLM, SCENARIOS, preset, under_engine
 from app.screenshots import (click_step, exceptions_on, free_port, launch, open_lab,
                              rendered_step, start_server, stop_server, wait_healthy,
                              wait_rendered)
-from tests.app.conftest import MODEL, browser_missing, needs_model
+from tests.app.conftest import MODEL, browser_marks
 
 try:
     import playwright.sync_api as pw
 except ImportError:
     pw = None
 
-_missing = browser_missing()
-if _missing:
-    print(f"\nreal-vLLM browser test skipped: {_missing}")
-pytestmark = [pytest.mark.browser, needs_model,
-              pytest.mark.skipif(_missing is not None, reason=f"browser tests: {_missing}")]
+pytestmark = browser_marks()
 
 STEPS = 5
 TABLES_JS = """() => {

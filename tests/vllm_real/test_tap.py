@@ -10,7 +10,6 @@ invariants to hold on every rebuilt state."""
 from __future__ import annotations
 
 import os
-import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,16 +17,10 @@ from pathlib import Path
 import pytest
 
 from real_vllm.tap.frames import Frame, Hello, TapOff, decode
+from tests.vllm_real.serve import MODEL, free_port
 from tests.vllm_real.workloads import toks
 
-MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "default-model")
 QUALNAME = "real_vllm.tap.scheduler.TapScheduler"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import pytest
 
 from real_vllm.tap.frames import Frame, TapOff, decode
 from real_vllm.tap.publisher import TapPublisher
-from tests.vllm_real.test_tap import free_port
+from tests.vllm_real.serve import free_port
 
 zmq = pytest.importorskip("zmq")
 

@@ -6,65 +6,32 @@ the server serves on with no subscriber, with one that stops reading, and with a
 injected into the tap (a TapOff arrives). Two servers, started together, shared by the module."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from real_vllm.tap.frames import Frame, Hello, TapOff, decode
-from tests.vllm_real.test_tap import Rebuilt, check_invariants, free_port
+from tests.vllm_real.serve import VllmServe, free_port, start_all
+from tests.vllm_real.test_tap import Rebuilt, check_invariants
 from tests.vllm_real.workloads import toks
 
-ROOT = Path(__file__).resolve().parents[2]
-MODEL = str(ROOT / "assets" / "default-model")
-START_TIMEOUT_S = 420
 FAIL_AT_STEP = 5
-KEPT_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV", "HF_HOME",
-            "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PIP_CACHE_DIR")
 
 
-class Server:
+class Server(VllmServe):
     def __init__(self, name: str, log_dir: Path, **tap_env):
-        self.port, self.tap = free_port(), free_port()
-        # a clean environment, not this process's: an in-process vLLM run earlier in the
-        # session sets variables of its own (LD_PRELOAD, thread counts …), and under them the
-        # server's CLI once failed to find vLLM's own metadata (CI, not reproduced alone)
-        env = {k: v for k, v in os.environ.items() if k in KEPT_ENV}
-        env.update(VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=str(ROOT),
-                   PAGED_LAB_TAP_ENDPOINT=f"tcp://127.0.0.1:{self.tap}", **tap_env)
-        self.log = log_dir / f"vllm-serve-{name}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", MODEL,
-             "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
-             "--block-size", "32", "--num-gpu-blocks-override", "24", "--max-model-len", "512",
+        self.tap = free_port()
+        super().__init__(
+            log_dir / f"vllm-serve-{name}.log",
+            ["--block-size", "32", "--num-gpu-blocks-override", "24", "--max-model-len", "512",
              "--enforce-eager", "--scheduler-cls", "real_vllm.tap.scheduler.TapScheduler"],
-            env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
-
-    def wait_ready(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited ({self.proc.returncode}): "
-                                   f"{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.5)                 # polling the health endpoint until it answers
-        raise RuntimeError(f"vllm serve did not start: {self.log.read_text()[-3000:]}")
+            PAGED_LAB_TAP_ENDPOINT=f"tcp://127.0.0.1:{self.tap}", **tap_env)
 
     def complete(self, prompt: list[int], max_tokens: int = 16) -> dict:
-        body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
-                           "temperature": 0, "ignore_eos": True}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", body,
-                                     {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return json.loads(r.read())
+        return self.completion(prompt, max_tokens)
 
     def complete_many(self, prompts: list[list[int]], max_tokens: int = 16) -> list[dict]:
         out: list = [None] * len(prompts)
@@ -87,13 +54,6 @@ class Server:
         time.sleep(0.5)                         # the subscription reaches the tap
         return sub
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
 
 def receive(sub, quiet_s: float = 1.5, max_s: float = 30) -> list[tuple[int, object]]:
     """Everything until the stream is quiet for ``quiet_s`` (an idle server schedules
@@ -109,17 +69,9 @@ def receive(sub, quiet_s: float = 1.5, max_s: float = 30) -> list[tuple[int, obj
 @pytest.fixture(scope="module")
 def servers(vllm_ready, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("vllm-serve-tap")
-    started = {"tap": Server("tap", log_dir),
-               "failing": Server("failing", log_dir,
-                                 PAGED_LAB_TAP_FAIL_AT_STEP=str(FAIL_AT_STEP))}
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for s in started.values():
-            s.wait_ready(deadline)
-        yield started
-    finally:
-        for s in started.values():
-            s.stop()
+    yield from start_all({"tap": Server("tap", log_dir),
+                          "failing": Server("failing", log_dir,
+                                            PAGED_LAB_TAP_FAIL_AT_STEP=str(FAIL_AT_STEP))})
 
 
 def test_frames_from_vllm_serve(servers):

@@ -8,12 +8,7 @@ with digest hashes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0), two servers started 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,11 +19,10 @@ from engine.kv_events.cache_view import PrefixCacheView
 from engine.kv_events.publisher import KVEventRecorder
 from engine.kv_events.subscriber import KVEventSubscriber, ReceivedBatch
 from engine.kv_events.wire import BlockRemoved, BlockStored
+from tests.vllm_real.serve import VllmServe, free_port, start_all
 from tests.vllm_real.workloads import toks
 
-MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "default-model")
 SETTINGS = dict(block_size=32, num_gpu_blocks=8, max_model_len=224)
-START_TIMEOUT_S = 420
 PREFIX = toks(700, 64)
 PROMPTS = [PREFIX + toks(900, 6), PREFIX + toks(950, 20), toks(1000, 100), toks(1100, 90),
            PREFIX + toks(1200, 3), toks(1300, 80)]
@@ -36,73 +30,29 @@ MAX_TOKENS = 20
 TOPIC = "kv"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(VllmServe):
     def __init__(self, int_hashes: bool, log_dir: Path):
-        self.port, self.events, self.replay = free_port(), free_port(), free_port()
+        self.events, self.replay = free_port(), free_port()
         config = {"enable_kv_cache_events": True, "publisher": "zmq", "topic": TOPIC,
                   "endpoint": f"tcp://127.0.0.1:{self.events}",
                   "replay_endpoint": f"tcp://127.0.0.1:{self.replay}"}
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1",
-                   VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES="1" if int_hashes else "0")
-        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)     # the server's own default
-        self.log = log_dir / f"vllm-serve-{'int' if int_hashes else 'bytes'}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", MODEL,
-             "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
-             "--block-size", str(SETTINGS["block_size"]),
+        super().__init__(
+            log_dir / f"vllm-serve-{'int' if int_hashes else 'bytes'}.log",
+            ["--block-size", str(SETTINGS["block_size"]),
              "--num-gpu-blocks-override", str(SETTINGS["num_gpu_blocks"]),
              "--max-model-len", str(SETTINGS["max_model_len"]), "--enable-prefix-caching",
              "--kv-events-config", json.dumps(config)],
-            env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-
-    def wait_ready(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited ({self.proc.returncode}): "
-                                   f"{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.5)                 # polling the health endpoint until it answers
-        raise RuntimeError(f"vllm serve did not start in {START_TIMEOUT_S} s: "
-                           f"{self.log.read_text()[-3000:]}")
+            VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES="1" if int_hashes else "0")
 
     def complete(self, prompt: list[int]) -> list[int]:
-        body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS,
-                           "temperature": 0, "ignore_eos": True,
-                           "return_token_ids": True}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", body,
-                                     {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return json.loads(r.read())["choices"][0]["token_ids"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        return self.completion(prompt, MAX_TOKENS, return_token_ids=True)[
+            "choices"][0]["token_ids"]
 
 
 @pytest.fixture(scope="module")
 def servers(vllm_ready, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("vllm-serve")
-    started = {mode: Server(mode == "int", log_dir) for mode in ("int", "bytes")}
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for s in started.values():
-            s.wait_ready(deadline)
-        yield started
-    finally:
-        for s in started.values():
-            s.stop()
+    yield from start_all({mode: Server(mode == "int", log_dir) for mode in ("int", "bytes")})
 
 
 def ours() -> tuple[list[list[int]], list[list]]:
